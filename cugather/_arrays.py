@@ -1,0 +1,211 @@
+"""Validation and normalisation of user arguments: the first pipeline stage.
+
+Every error names the argument and the value received, with NumPy's
+exception types.  CuPy is imported lazily so that ``import cugather`` works on
+machines without it.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+__all__ = [
+    "GATHER_MODES", "TAKE_MODES", "cupy_module", "check_mode", "as_data", "as_indices",
+    "check_fill", "fill_bytes", "check_out", "stream_pointer", "alignment", "extent", "INDEX_DTYPES",
+]
+
+GATHER_MODES = ("raise", "wrap", "clip", "fill")
+TAKE_MODES = ("raise", "wrap", "clip")
+INDEX_DTYPES = (numpy.dtype(numpy.int32), numpy.dtype(numpy.int64))
+_DLPACK_GPU = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+_cupy = None
+
+
+def cupy_module():
+    """The cupy module, imported on first use."""
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "cugather needs CuPy to run kernels: pip install 'cugather[cuda12]' "
+                "(or [cuda13])") from e
+        _cupy = cupy
+    return _cupy
+
+
+def check_mode(mode, allowed, argname: str = "mode") -> str:
+    if not isinstance(mode, str) or mode not in allowed:
+        raise ValueError(f"{argname} must be one of {allowed}, got {mode!r}")
+    return mode
+
+
+def _type_name(obj) -> str:
+    t = type(obj)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _device_array(cp, obj):
+    """Zero-copy CuPy view of a GPU array from another library, or None."""
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        if obj.__dlpack_device__()[0] in _DLPACK_GPU:
+            return cp.from_dlpack(obj)
+        return None
+    if hasattr(obj, "__cuda_array_interface__"):
+        return cp.asarray(obj)
+    return None
+
+
+def as_data(obj, argname: str = "data"):
+    """``obj`` as a cupy.ndarray without copying, or TypeError."""
+    cp = cupy_module()
+    if isinstance(obj, cp.ndarray):
+        return obj
+    arr = _device_array(cp, obj)
+    if arr is None:
+        raise TypeError(
+            f"{argname} must be a cupy.ndarray or a GPU array exposing __dlpack__ or "
+            f"__cuda_array_interface__, got {_type_name(obj)} (host data: move it with "
+            f"cupy.asarray first)")
+    return arr
+
+
+def _index_dtype(dtype: numpy.dtype, allow_bool: bool, argname: str) -> numpy.dtype:
+    """The int32/int64 dtype indices of ``dtype`` are used as."""
+    if dtype in INDEX_DTYPES:
+        return dtype
+    if dtype.kind == "b" and allow_bool:
+        return INDEX_DTYPES[0]
+    if dtype.kind not in "iu":
+        raise TypeError(f"{argname} must be an integer array, got dtype {dtype}")
+    # Small types fit int32; uint32 needs int64; uint64 wraps like numpy's cast.
+    return INDEX_DTYPES[0] if dtype.itemsize < 4 else INDEX_DTYPES[1]
+
+
+def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "indices"):
+    """``obj`` as a C-contiguous int32/int64 cupy.ndarray on ``device``.
+
+    CuPy int32/int64 arrays that are C-contiguous pass through untouched; host
+    values (int, sequence, NumPy array) are copied to the device.
+    """
+    cp = cupy_module()
+    if isinstance(obj, cp.ndarray) or (not isinstance(obj, numpy.ndarray)
+                                       and _is_gpu_array(obj)):
+        arr = as_data(obj, argname)
+        if arr.data.device_id != device and arr.size:
+            raise ValueError(f"{argname} are on GPU {arr.data.device_id} but data is on "
+                             f"GPU {device}")
+    else:
+        host = numpy.asarray(obj)
+        if host.dtype == object:
+            raise TypeError(f"{argname} must be integers, got {_type_name(obj)} {obj!r:.80}")
+        if host.size == 0 and not isinstance(obj, numpy.ndarray):
+            host = host.astype(numpy.int64)  # [] is float64 to NumPy; numpy.take accepts it
+        _index_dtype(host.dtype, allow_bool, argname)
+        with cp.cuda.Device(device):
+            arr = cp.asarray(host)
+    target = _index_dtype(arr.dtype, allow_bool, argname)
+    if arr.dtype != target or not arr.flags.c_contiguous:
+        with cp.cuda.Device(device):
+            arr = cp.ascontiguousarray(arr, dtype=target)
+    return arr
+
+
+def _is_gpu_array(obj) -> bool:
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    if hasattr(obj, "__dlpack_device__"):
+        try:
+            return obj.__dlpack_device__()[0] in _DLPACK_GPU
+        except Exception:
+            return False
+    return False
+
+
+def check_fill(fill_value) -> numpy.ndarray:
+    """``fill_value`` as a 0-d NumPy array, or TypeError/ValueError."""
+    value = numpy.asarray(fill_value)
+    if value.dtype.kind not in "biufc":
+        raise TypeError(f"fill_value must be a number, got {_type_name(fill_value)} "
+                        f"{fill_value!r:.80}")
+    if value.ndim != 0:
+        raise ValueError(f"fill_value must be a scalar, got an array of shape {value.shape}")
+    return value
+
+
+def fill_bytes(fill_value, dtype: numpy.dtype) -> bytes:
+    """The bytes of ``fill_value`` as one element of ``dtype``, checked."""
+    value = check_fill(fill_value)
+    kind = dtype.kind
+    if value.dtype.kind == "c" and kind != "c" and value.imag != 0:
+        raise TypeError(f"fill_value {fill_value!r} is complex; data has dtype {dtype}")
+    real = value.real if value.dtype.kind == "c" else value
+    if kind in "biu":
+        if real.dtype.kind == "f" and not float(real).is_integer():
+            raise TypeError(f"fill_value {fill_value!r} is not an integer; data has dtype {dtype}")
+        as_int = int(real)
+        lo, hi = (0, 1) if kind == "b" else (numpy.iinfo(dtype).min, numpy.iinfo(dtype).max)
+        if not lo <= as_int <= hi:
+            raise ValueError(f"fill_value {fill_value!r} is out of range for dtype {dtype} "
+                             f"[{lo}, {hi}]")
+        return numpy.array(as_int, dtype=dtype).tobytes()
+    return numpy.array(value if kind == "c" else real, dtype=dtype).tobytes()
+
+
+def extent(arr) -> tuple:
+    """[low, high) byte addresses an array touches."""
+    lo = hi = arr.data.ptr
+    for n, s in zip(arr.shape, arr.strides):
+        if n == 0:
+            return (lo, lo)
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return (lo, hi + arr.itemsize)
+
+
+def check_out(out, shape: tuple, dtype: numpy.dtype, device: int, inputs: dict):
+    """Validate ``out=``: type, shape, dtype, layout, device, no overlap."""
+    cp = cupy_module()
+    if not isinstance(out, cp.ndarray):
+        raise TypeError(f"out must be a cupy.ndarray, got {_type_name(out)}")
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}; the result has shape {shape}")
+    if out.dtype != dtype:
+        raise TypeError(f"out has dtype {out.dtype}; the result has dtype {dtype}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous (strides {out.strides})")
+    if out.data.device_id != device:
+        raise ValueError(f"out is on GPU {out.data.device_id} but data is on GPU {device}")
+    if out.size:
+        lo, hi = extent(out)
+        for name, arr in inputs.items():
+            if arr.size:
+                a_lo, a_hi = extent(arr)
+                if lo < a_hi and a_lo < hi:
+                    raise ValueError(f"out overlaps {name} in memory; pass a separate array")
+    return out
+
+
+def alignment(ptr: int) -> int:
+    """Largest power of two, at most 256, dividing ``ptr``."""
+    return 256 if ptr & 255 == 0 else ptr & -ptr
+
+
+def stream_pointer(stream) -> int:
+    """Raw cudaStream_t of ``stream`` (None: CuPy's current stream)."""
+    cp = cupy_module()
+    if stream is None:
+        return cp.cuda.get_current_stream().ptr
+    ptr = getattr(stream, "ptr", None)
+    if ptr is None:
+        ptr = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if ptr is None and isinstance(stream, int) and not isinstance(stream, bool):
+        ptr = stream
+    if ptr is None:
+        raise TypeError(f"stream must be a cupy.cuda.Stream, an object with .ptr or "
+                        f".cuda_stream, or a raw stream handle; got {_type_name(stream)}")
+    return int(ptr)

@@ -1,0 +1,129 @@
+"""Rendering: KernelKey -> CUDA source text.  Pure (Jinja2 only, no GPU).
+
+This module owns the Jinja2 environment.  A rendered source is
+self-contained: its first line records where it came from, the headers of
+kernels/ are inlined (so any cache keyed on the text changes when a header
+changes), and the argument-block layout is asserted against cugather/_layout.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+import jinja2
+
+from ._keys import KernelKey
+from ._layout import ARGS_DTYPES, layout_of
+from ._version import __version__
+
+__all__ = ["Source", "render", "sources_digest", "header_names"]
+
+UNIT_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
+INDEX_TYPES = {"int32": "int", "int64": "long long"}
+MATH_TYPES = {"fast32": "cg::Math32", "fast64": "cg::Math64", "div64": "cg::MathDiv64"}
+MODE_CONSTANTS = {
+    "raise": "cg::MODE_RAISE", "wrap": "cg::MODE_WRAP", "clip": "cg::MODE_CLIP",
+    "clip_numpy": "cg::MODE_CLIP_NUMPY", "fill": "cg::MODE_FILL",
+}
+
+
+@dataclass(frozen=True)
+class _KindSpec:
+    template: str
+    function: str
+    args_type: str
+    headers: tuple
+
+
+_GATHER_HEADERS = ("common.cuh", "gather.cuh")
+KIND_SPECS = {
+    "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS),
+    "scalar": _KindSpec("gather.cu.j2", "gather_scalar", "GatherArgs", _GATHER_HEADERS),
+    "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS),
+    "elem": _KindSpec("gather.cu.j2", "gather_elem", "ElemArgs", _GATHER_HEADERS),
+    "check": _KindSpec("gather.cu.j2", "check_indices", "CheckArgs", _GATHER_HEADERS),
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """Rendered CUDA source of one kernel."""
+
+    key: KernelKey
+    entry: str
+    args_type: str
+    template: str
+    text: str
+    digest: str  # sha256 of every header and template, with the package version
+
+
+def _read(package: str, name: str) -> str:
+    return resources.files(package).joinpath(name).read_text(encoding="utf-8")
+
+
+def header_names() -> list[str]:
+    """Names of the CUDA headers shipped in ``cugather.kernels``."""
+    return sorted(p.name for p in resources.files("cugather.kernels").iterdir()
+                  if p.name.endswith(".cuh"))
+
+
+def _template_names() -> list[str]:
+    return sorted(p.name for p in resources.files("cugather.templates").iterdir()
+                  if p.name.endswith(".j2"))
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest() -> str:
+    """sha256 over the package version, every header and every template."""
+    h = hashlib.sha256(__version__.encode())
+    for package, names in (("cugather.kernels", header_names()),
+                           ("cugather.templates", _template_names())):
+        for name in names:
+            h.update(name.encode() + b"\0" + _read(package, name).encode() + b"\0")
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: _read("cugather.templates", name)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _template_args(key: KernelKey) -> list[str]:
+    index_type = INDEX_TYPES[key.index_dtype]
+    if key.kind == "check":
+        return [index_type]
+    return [UNIT_TYPES[key.unit], index_type, MATH_TYPES[key.math], MODE_CONSTANTS[key.mode]]
+
+
+@functools.lru_cache(maxsize=None)
+def render(key: KernelKey) -> Source:
+    """Render the CUDA source of ``key``."""
+    spec = KIND_SPECS[key.kind]
+    digest = sources_digest()
+    provenance = (
+        f"// cugather {__version__} | template {spec.template} | kind={key.kind} "
+        f"unit={key.unit} index={key.index_dtype} math={key.math} mode={key.mode} "
+        f"| sources sha256:{digest[:16]}")
+    headers = "\n".join(
+        f"// ---- kernels/{name} ----\n{_read('cugather.kernels', name)}" for name in spec.headers)
+    text = _environment().get_template(spec.template).render(
+        provenance=provenance,
+        headers=headers,
+        layout=layout_of(spec.args_type),
+        args_type=spec.args_type,
+        args_size=ARGS_DTYPES[spec.args_type].itemsize,
+        entry=key.entry,
+        function=spec.function,
+        template_args=_template_args(key),
+    )
+    return Source(key, key.entry, spec.args_type, spec.template, text, digest)

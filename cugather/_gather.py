@@ -1,0 +1,380 @@
+"""Public gather API: GatherOp, gather (ONNX Gather) and take (numpy.take).
+
+Pipeline per call: validate and normalise (``_arrays``) -> look up the plan
+for this geometry (``_plan``, cached per op) -> bound kernel (``_compiler`` +
+``_launch``) -> launch.  A cached call is a dictionary hit, an output
+allocation and one launch; raise mode adds a bounds check and one sync.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict, namedtuple
+from typing import Optional
+
+import numpy
+
+from . import _arrays
+from ._arrays import GATHER_MODES, TAKE_MODES, alignment, cupy_module
+from ._compiler import load_kernel
+from ._launch import BoundKernel, fill_words
+from ._plan import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
+
+__all__ = ["GatherOp", "gather", "take", "CacheInfo"]
+
+CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
+
+_NO_BAD = (1 << 64) - 1
+_limits: dict = {}
+_ready = threading.local()  # devices whose context this thread has made current
+
+
+def _device_limits(device: int) -> DeviceLimits:
+    lim = _limits.get(device)
+    if lim is None:
+        cp = cupy_module()
+        attrs = cp.cuda.Device(device).attributes
+        lim = DeviceLimits(sm_count=attrs["MultiProcessorCount"],
+                           max_shared_mem=attrs["MaxSharedMemoryPerBlock"])
+        _limits[device] = lim
+    return lim
+
+
+class _Device:
+    """Make ``device`` current (and its context initialised) for a launch."""
+
+    __slots__ = ("device", "previous")
+
+    def __init__(self, device: int):
+        self.device = device
+        self.previous = None
+
+    def __enter__(self):
+        rt = cupy_module().cuda.runtime
+        current = rt.getDevice()
+        if current != self.device:
+            self.previous = current
+            rt.setDevice(self.device)
+        ready = getattr(_ready, "devices", None)
+        if ready is None:
+            ready = _ready.devices = set()
+        if self.device not in ready:
+            rt.free(0)  # the driver API launch needs the primary context current
+            ready.add(self.device)
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            cupy_module().cuda.runtime.setDevice(self.previous)
+
+
+class _Bound:
+    """A cached plan with its kernels bound on one device."""
+
+    __slots__ = ("plan", "gather", "check", "out_shape", "copy_data")
+
+    def __init__(self, plan: GatherPlan, gather, check):
+        self.plan, self.gather, self.check = plan, gather, check
+        self.out_shape = plan.out_shape
+        self.copy_data = plan.copy_data
+
+
+class GatherOp:
+    """A gather along one axis with fixed mode, caching per-shape plans.
+
+    Parameters
+    ----------
+    axis : int
+        Axis of ``data`` to gather along (negative counts from the end).
+    mode : {"raise", "wrap", "clip", "fill"}
+        Out-of-range policy.  Indices in ``[-n, n)`` are always valid, negative
+        ones counting from the end.  ``"raise"`` checks every index on the GPU
+        before anything is written and raises IndexError (one extra kernel and
+        one host synchronisation per call); ``"wrap"`` takes indices modulo
+        ``n``; ``"clip"`` clamps to ``[0, n-1]``; ``"fill"`` writes
+        ``fill_value``.  The last three never synchronise and are safe inside
+        CUDA graph capture.
+    fill_value : scalar
+        Value written for out-of-range indices in ``"fill"`` mode.
+    cache_size : int
+        Most per-shape plans kept (least recently used are dropped).
+
+    Calling ``op(data, indices, out=None, stream=None)`` returns
+    ``take(data, indices, axis)`` as a CuPy array on ``data``'s device.
+    """
+
+    def __init__(self, axis: int = 0, *, mode: str = "raise", fill_value=0,
+                 cache_size: int = 256):
+        self._init(axis, _arrays.check_mode(mode, GATHER_MODES), mode, fill_value, cache_size)
+
+    def _init(self, axis, public_mode, kernel_mode, fill_value, cache_size, allow_bool=False):
+        if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
+            raise TypeError(f"axis must be an integer, got {type(axis).__name__} {axis!r}")
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
+        _arrays.check_fill(fill_value)
+        self.axis = int(axis)
+        self.mode = public_mode
+        self.fill_value = fill_value
+        self._kernel_mode = kernel_mode
+        self._allow_bool = allow_bool
+        self._maxsize = cache_size
+        self._cache: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._hits = self._misses = 0
+
+    def __repr__(self):
+        return (f"GatherOp(axis={self.axis}, mode={self.mode!r}, fill_value={self.fill_value!r},"
+                f" cached_plans={len(self._cache)})")
+
+    # ------------------------------------------------------------ cache
+    def cache_info(self) -> CacheInfo:
+        """Plan-cache statistics: hits, misses, maxsize, currsize."""
+        with self._lock:
+            return CacheInfo(self._hits, self._misses, self._maxsize, len(self._cache))
+
+    def cache_clear(self) -> None:
+        """Drop every cached plan and reset the counters."""
+        with self._lock:
+            self._cache.clear()
+            self._hits = self._misses = 0
+
+    # ------------------------------------------------------------ planning
+    def _plan_for(self, data: Operand, indices_shape, index_dtype, out_align=256,
+                  limits: DeviceLimits = DeviceLimits(), **force) -> GatherPlan:
+        axis = normalize_axis(self.axis, len(data.shape))
+        return plan_gather(data, tuple(indices_shape), index_dtype, axis, self._kernel_mode,
+                           out_align=out_align, limits=limits, **force)
+
+    def plan(self, data, indices, **force) -> GatherPlan:
+        """The plan a call with these operands would use; launches nothing.
+
+        ``data`` and ``indices`` may be arrays (NumPy or CuPy), or
+        ``(shape, dtype)`` pairs; no GPU is needed.  Keyword arguments
+        ``kind``, ``math_name`` and ``max_grid`` force a variant (testing).
+        """
+        data_op, _ = _operand(data, "data")
+        index_op, idx_dtype = _operand(indices, "indices")
+        idx_dtype = _arrays._index_dtype(idx_dtype, self._allow_bool, "indices")
+        if not data_op.shape:
+            raise ValueError("data must have at least one dimension, got a 0-d array")
+        return self._plan_for(data_op, index_op.shape, idx_dtype.name, **force)
+
+    def _bind(self, key, data, indices, device: int, out_align: int) -> _Bound:
+        if data.ndim == 0:
+            raise ValueError("data must have at least one dimension, got a 0-d array")
+        plan = self._plan_for(Operand(data.shape, data.strides, data.itemsize, key[6]),
+                              indices.shape, indices.dtype.name, out_align,
+                              _device_limits(device))
+        fill = None
+        if self._kernel_mode == "fill":
+            pattern = _arrays.fill_bytes(self.fill_value, data.dtype)
+            fill = fill_words(pattern)
+            unit = plan.key.unit if plan.key else data.itemsize
+            if unit < len(pattern) and pattern != pattern[:unit] * (len(pattern) // unit):
+                # A unit narrower than the element would repeat only part of it.
+                plan = GatherPlan(None, plan.check_key, plan.out_shape, plan.axis, plan.axis_len,
+                                  plan.n_indices, copy_data=True, reason="misaligned fill")
+        if (plan.n_indices and not plan.axis_len and self._kernel_mode != "fill"
+                and math.prod(plan.out_shape)):
+            raise IndexError(f"cannot take {plan.n_indices} indices from axis {plan.axis} of "
+                             f"size 0 (mode={self.mode!r})")
+        gather = check = None
+        if plan.key is not None:
+            fields = dict(plan.fields)
+            if fill is not None:
+                fields["fill"] = fill
+            spec_type = "ElemArgs" if plan.key.kind == "elem" else "GatherArgs"
+            fn = load_kernel(plan.key, device).function
+            gather = BoundKernel(fn, spec_type, fields, plan.grid, plan.block, plan.shared_mem)
+        if plan.check_key is not None:
+            fn = load_kernel(plan.check_key, device).function
+            grid = (max(1, min(-(-plan.n_indices // 256), 4096)), 1, 1)
+            check = BoundKernel(fn, "CheckArgs", dict(n=plan.n_indices, axis_len=plan.axis_len),
+                                grid, (256, 1, 1))
+        return _Bound(plan, gather, check)
+
+    # ------------------------------------------------------------ call
+    def __call__(self, data, indices, *, out=None, stream=None):
+        cp = cupy_module()
+        if type(data) is not cp.ndarray:
+            data = _arrays.as_data(data)
+        device = data.data.device_id
+        if (type(indices) is not cp.ndarray or indices.dtype not in _arrays.INDEX_DTYPES
+                or not indices.flags.c_contiguous or indices.data.device_id != device):
+            indices = _arrays.as_indices(indices, device, allow_bool=self._allow_bool)
+        out_align = 256 if out is None else alignment(out.data.ptr) if isinstance(
+            out, cp.ndarray) else 256
+        key = (device, data.shape, data.strides, data.dtype, indices.shape, indices.dtype,
+               alignment(data.data.ptr), out_align)
+        with self._lock:
+            bound = self._cache.get(key)
+            if bound is not None:
+                self._hits += 1
+                self._cache.move_to_end(key)
+        if bound is None:
+            bound = self._bind(key, data, indices, device, out_align)
+            with self._lock:
+                self._misses += 1
+                self._cache[key] = bound
+                if len(self._cache) > self._maxsize:
+                    self._cache.popitem(last=False)
+        if bound.copy_data:
+            with cp.cuda.Device(device):
+                data = data.copy(order="C")
+            return self(data, indices, out=out, stream=stream)
+        with _Device(device):
+            if out is None:
+                out = cp.empty(bound.out_shape, data.dtype)
+            else:
+                _arrays.check_out(out, bound.out_shape, data.dtype, device,
+                                  {"data": data, "indices": indices})
+            sptr = _arrays.stream_pointer(stream)
+            if bound.check is not None:
+                self._check(bound, indices, sptr)
+            if bound.gather is not None:
+                bound.gather.launch((data.data.ptr, indices.data.ptr, out.data.ptr), sptr)
+        return out
+
+    def _check(self, bound: _Bound, indices, sptr: int) -> None:
+        cp = cupy_module()
+        rt = cp.cuda.runtime
+        if rt.streamIsCapturing(sptr):
+            raise RuntimeError(
+                "mode='raise' reads the bounds check back to the host, which CUDA graph "
+                "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
+        flag = cp.empty(1, numpy.uint64)
+        rt.memsetAsync(flag.data.ptr, 0xFF, 8, sptr)
+        bound.check.launch((indices.data.ptr, flag.data.ptr), sptr)
+        host = numpy.empty(1, numpy.uint64)
+        rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, sptr)
+        rt.streamSynchronize(sptr)
+        pos = int(host[0])
+        if pos != _NO_BAD:
+            plan = bound.plan
+            value = int(indices.reshape(-1)[pos].get())
+            where = tuple(int(i) for i in numpy.unravel_index(pos, indices.shape))
+            n = plan.axis_len
+            raise IndexError(
+                f"index {value} is out of bounds for axis {plan.axis} with size {n} "
+                f"(at indices{list(where)}; valid range [{-n}, {n - 1}])")
+
+
+def _operand(obj, argname: str):
+    """(Operand, dtype) for an array, or a (shape, dtype) pair."""
+    if isinstance(obj, tuple) and len(obj) == 2 and not hasattr(obj, "shape"):
+        shape, dtype = obj
+        dtype = numpy.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
+        return Operand.contiguous(shape, dtype.itemsize), dtype
+    if isinstance(obj, (int, numpy.integer)) and not isinstance(obj, bool):
+        return Operand((), (), 8), numpy.dtype(numpy.int64)
+    if not hasattr(obj, "shape"):
+        obj = numpy.asarray(obj)
+        if obj.size == 0:
+            obj = obj.astype(numpy.int64)
+    dtype = numpy.dtype(obj.dtype)
+    ptr = getattr(getattr(obj, "data", None), "ptr", None)
+    if ptr is None and isinstance(obj, numpy.ndarray):
+        ptr = obj.ctypes.data
+    strides = tuple(getattr(obj, "strides", None) or Operand.contiguous(obj.shape, dtype.itemsize).strides)
+    return Operand(tuple(obj.shape), strides, dtype.itemsize,
+                   alignment(ptr) if ptr else 256), dtype
+
+
+# ---------------------------------------------------------------- functions
+_ops: OrderedDict = OrderedDict()
+_ops_lock = threading.Lock()
+
+
+def _fill_key(fill_value):
+    try:
+        hash(fill_value)
+        return (type(fill_value), fill_value)
+    except TypeError:
+        return (type(fill_value), repr(fill_value))
+
+
+def _shared_op(axis, mode: str, kernel_mode: str, fill_value, allow_bool: bool) -> GatherOp:
+    key = (axis, mode, kernel_mode, _fill_key(fill_value), allow_bool)
+    with _ops_lock:
+        op = _ops.get(key)
+        if op is not None:
+            _ops.move_to_end(key)
+            return op
+    op = GatherOp.__new__(GatherOp)
+    op._init(axis, mode, kernel_mode, fill_value, 256, allow_bool)
+    with _ops_lock:
+        op = _ops.setdefault(key, op)
+        if len(_ops) > 64:
+            _ops.popitem(last=False)
+    return op
+
+
+def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise", fill_value=0,
+           stream=None):
+    """ONNX ``Gather``: entries of ``data`` along ``axis`` at ``indices``.
+
+    Parameters
+    ----------
+    data : cupy.ndarray or GPU array (DLPack / CUDA array interface)
+        Array of rank >= 1; any dtype, any strides.
+    indices : cupy.ndarray, numpy.ndarray, sequence or int
+        Integer indices (int32 and int64 are used as they are).  Values in
+        ``[-n, n)`` are valid, negative ones counting from the end.
+    axis : int
+        Axis of ``data`` to gather along.
+    out : cupy.ndarray, optional
+        C-contiguous destination of the result's shape and dtype; must not
+        overlap the inputs.
+    mode : {"raise", "wrap", "clip", "fill"}
+        Out-of-range policy; see :class:`GatherOp`.  ``"raise"`` costs a
+        bounds-check kernel and one host synchronisation.
+    fill_value : scalar
+        Written for out-of-range indices when ``mode="fill"``.
+    stream : cupy.cuda.Stream, optional
+        Stream to run on (default: CuPy's current stream).
+
+    Returns
+    -------
+    cupy.ndarray
+        Shape ``data.shape[:axis] + indices.shape + data.shape[axis+1:]``.
+
+    Raises
+    ------
+    IndexError
+        In ``"raise"`` mode, naming the first bad index, its position and the
+        valid range; nothing is written.
+    """
+    _arrays.check_mode(mode, GATHER_MODES)
+    return _shared_op(axis, mode, mode, fill_value, False)(data, indices, out=out, stream=stream)
+
+
+def take(a, indices, axis: Optional[int] = None, out=None, mode: str = "raise"):
+    """``numpy.take`` for CuPy arrays.
+
+    Parameters
+    ----------
+    a : cupy.ndarray or GPU array
+        Source array.
+    indices : array_like of int
+        Indices to take (bool is accepted, as by NumPy).
+    axis : int, optional
+        Axis to take along; ``None`` takes from the flattened array.
+    out : cupy.ndarray, optional
+        C-contiguous destination of the result's shape and dtype.
+    mode : {"raise", "wrap", "clip"}
+        As in NumPy: ``"clip"`` clamps to ``[0, n-1]``, so negative indices
+        become 0; ``"raise"`` checks on the GPU before writing (one host sync).
+
+    Returns
+    -------
+    cupy.ndarray
+    """
+    _arrays.check_mode(mode, TAKE_MODES)
+    kernel_mode = "clip_numpy" if mode == "clip" else mode
+    if axis is None:
+        a = _arrays.as_data(a, "a")
+        a = a.reshape(-1) if a.ndim != 1 else a
+        axis = 0
+    return _shared_op(axis, mode, kernel_mode, 0, True)(a, indices, out=out)

@@ -1,0 +1,91 @@
+"""Kernel keys: the frozen values that name one compiled kernel.
+
+A key says everything the CUDA source depends on; shapes never enter it (they
+travel as kernel arguments), so one compiled kernel serves every shape.
+:func:`all_kernel_keys` enumerates what the library can produce; the NVRTC and
+host-execution test tiers iterate over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+__all__ = [
+    "KernelKey", "KINDS", "UNITS", "INDEX_DTYPES", "MATHS", "KERNEL_MODES",
+    "all_kernel_keys",
+]
+
+#: Kernel kinds of the gather family (see kernels/gather.cuh) and the
+#: bounds check that raise mode runs first.
+KINDS = ("rows", "scalar", "inner", "elem", "check")
+#: Bytes moved per load/store.
+UNITS = (1, 2, 4, 8, 16)
+INDEX_DTYPES = ("int32", "int64")
+#: Index math: 32-bit or 64-bit fast_divmod, or plain 64-bit division.
+MATHS = ("fast32", "fast64", "div64")
+#: Compile-time out-of-range policies.  "raise" kernels trust a prior check;
+#: "clip_numpy" is numpy.take's clip (negatives become 0).
+KERNEL_MODES = ("raise", "wrap", "clip", "clip_numpy", "fill")
+
+# Which index maths each kind is built with.  Plain division is kept for the
+# fallback only, as the reference fast_divmod is measured against.
+_KIND_MATHS = {
+    "rows": ("fast32", "fast64"),
+    "scalar": ("fast32", "fast64"),
+    "inner": ("fast32", "fast64"),
+    "elem": ("fast32", "fast64", "div64"),
+    "check": ("fast64",),
+}
+
+
+@dataclass(frozen=True, order=True)
+class KernelKey:
+    """Name of one kernel: kind, unit width, index dtype, index math, mode."""
+
+    kind: str
+    unit: int
+    index_dtype: str
+    math: str
+    mode: str
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown kernel kind {self.kind!r}; expected one of {KINDS}")
+        units = (0,) if self.kind == "check" else UNITS
+        if self.unit not in units:
+            raise ValueError(f"unit for kind {self.kind!r} must be one of {units}, got {self.unit!r}")
+        if self.index_dtype not in INDEX_DTYPES:
+            raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {self.index_dtype!r}")
+        if self.math not in _KIND_MATHS[self.kind]:
+            raise ValueError(
+                f"math for kind {self.kind!r} must be one of {_KIND_MATHS[self.kind]}, got {self.math!r}")
+        modes = ("raise",) if self.kind == "check" else KERNEL_MODES
+        if self.mode not in modes:
+            raise ValueError(f"mode for kind {self.kind!r} must be one of {modes}, got {self.mode!r}")
+
+    @property
+    def entry(self) -> str:
+        """Name of the ``extern "C"`` entry point."""
+        if self.kind == "check":
+            return f"cugather_check_{_IDX_TAG[self.index_dtype]}"
+        return (f"cugather_{self.kind}_u{self.unit}_{_IDX_TAG[self.index_dtype]}"
+                f"_{self.math}_{self.mode}")
+
+    def __str__(self) -> str:
+        return self.entry
+
+
+_IDX_TAG = {"int32": "i32", "int64": "i64"}
+
+
+def all_kernel_keys() -> Iterator[KernelKey]:
+    """Yield every kernel key the library can produce, in a stable order."""
+    for kind in KINDS:
+        units = (0,) if kind == "check" else UNITS
+        modes = ("raise",) if kind == "check" else KERNEL_MODES
+        for unit in units:
+            for index_dtype in INDEX_DTYPES:
+                for math in _KIND_MATHS[kind]:
+                    for mode in modes:
+                        yield KernelKey(kind, unit, index_dtype, math, mode)

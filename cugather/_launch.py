@@ -1,0 +1,69 @@
+"""Launch: a plan bound to a loaded kernel, launched with three pointers.
+
+The argument block is a NumPy structured array built once per plan; a call
+writes the pointers into it and hands its address to ``cuLaunchKernel``, which
+copies the parameters at launch, so the block can be reused at once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy
+
+from ._fastdiv import Divisor
+from ._layout import POINTER_FIELDS, new_args
+
+__all__ = ["BoundKernel", "pack_fields", "fill_words"]
+
+
+def _divisor_tuple(d: Divisor):
+    return (d.d, d.m, d.l, 0)
+
+
+def pack_fields(fields: dict) -> dict:
+    """Plan fields -> values a structured array accepts (divisors as tuples)."""
+    packed = {}
+    for name, value in fields.items():
+        if isinstance(value, Divisor):
+            value = _divisor_tuple(value)
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], Divisor):
+            value = [_divisor_tuple(v) for v in value]
+        packed[name] = value
+    return packed
+
+
+def fill_words(pattern: bytes) -> tuple:
+    """An element's bytes repeated to 16 bytes, as two little-endian u64."""
+    block = (pattern * (16 // len(pattern)))[:16] if pattern else bytes(16)
+    return tuple(numpy.frombuffer(block, dtype="<u8").tolist())
+
+
+class BoundKernel:
+    """One kernel handle plus a reusable argument block for one plan."""
+
+    __slots__ = ("function", "grid", "block", "shared_mem", "args", "_words", "_slots",
+                 "_params", "_params_ptr", "_lock", "_launch")
+
+    def __init__(self, function, args_type: str, fields: dict, grid, block, shared_mem=0):
+        from cupy.cuda import driver
+
+        self.function = function  # keeps the module loaded
+        self.grid, self.block, self.shared_mem = tuple(grid), tuple(block), int(shared_mem)
+        self.args = new_args(args_type, **pack_fields(fields))
+        self._words = self.args.view(numpy.uint64)
+        self._slots = tuple(self.args.dtype.fields[n][1] // 8 for n in POINTER_FIELDS[args_type])
+        self._params = numpy.array([self.args.ctypes.data], dtype=numpy.uint64)
+        self._params_ptr = self._params.ctypes.data
+        self._lock = threading.Lock()
+        self._launch = driver.launchKernel
+
+    def launch(self, pointers, stream_ptr: int) -> None:
+        """Write ``pointers`` (in POINTER_FIELDS order) and launch on ``stream_ptr``."""
+        g, b = self.grid, self.block
+        with self._lock:  # the block is shared by threads using the same plan
+            words = self._words
+            for slot, ptr in zip(self._slots, pointers):
+                words[slot] = ptr
+            self._launch(self.function.ptr, g[0], g[1], g[2], b[0], b[1], b[2],
+                         self.shared_mem, stream_ptr, self._params_ptr, 0)

@@ -1,0 +1,65 @@
+"""NumPy dtypes that mirror the argument blocks of kernels/common.cuh.
+
+Kernels take one struct by value; the host fills a size-1 structured array of
+the matching dtype.  Every rendered source carries ``static_assert``s built
+from these offsets, so a drift between the two sides fails to compile.
+"""
+
+from __future__ import annotations
+
+import numpy
+
+__all__ = ["ARGS_DTYPES", "DIVISOR", "MAX_DIMS", "layout_of", "new_args", "POINTER_FIELDS"]
+
+MAX_DIMS = 8  # CG_MAX_DIMS
+
+DIVISOR = numpy.dtype(
+    [("d", "<u8"), ("m", "<u8"), ("l", "<u4"), ("pad", "<u4")], align=True)
+
+_FILL = ("fill", "<u8", (2,))
+
+GATHER_ARGS = numpy.dtype([
+    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+    ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
+    ("rows", "<u8"), ("units", "<u8"), ("n_indices", "<u8"), ("outer", "<u8"),
+    ("n_div", DIVISOR),
+    ("tile_cu", "<u4"), ("tile_ru", "<u4"), ("stage_unit", "<u4"), ("pad", "<u4"),
+    _FILL,
+], align=True)
+
+ELEM_ARGS = numpy.dtype([
+    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+    ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
+    ("ndim", "<u4"), ("index_dim", "<u4"),
+    ("dims", DIVISOR, (MAX_DIMS,)),
+    ("strides", "<i8", (MAX_DIMS,)),
+    _FILL,
+], align=True)
+
+CHECK_ARGS = numpy.dtype([
+    ("indices", "<u8"), ("n", "<u8"), ("axis_len", "<i8"), ("first_bad", "<u8"),
+], align=True)
+
+#: C struct name -> dtype.
+ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "ElemArgs": ELEM_ARGS, "CheckArgs": CHECK_ARGS}
+
+#: Pointer fields, in the order the launcher writes them for each call.
+POINTER_FIELDS = {
+    "GatherArgs": ("data", "indices", "out"),
+    "ElemArgs": ("data", "indices", "out"),
+    "CheckArgs": ("indices", "first_bad"),
+}
+
+
+def layout_of(args_type: str) -> list[tuple[str, int]]:
+    """(field, byte offset) pairs of a struct, for the rendered static_asserts."""
+    dt = ARGS_DTYPES[args_type]
+    return [(name, dt.fields[name][1]) for name in dt.names if name != "pad"]
+
+
+def new_args(args_type: str, **fields) -> numpy.ndarray:
+    """A zeroed size-1 argument block with ``fields`` set."""
+    block = numpy.zeros(1, dtype=ARGS_DTYPES[args_type])
+    for name, value in fields.items():
+        block[name] = value
+    return block

@@ -1,0 +1,1 @@
+"""CUDA headers of cugather (package data)."""

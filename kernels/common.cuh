@@ -1,0 +1,192 @@
+// cugather device code: integer types, divisors, index modes, argument blocks.
+// Self-contained (no system headers) so NVRTC needs no include path.
+#ifndef CUGATHER_COMMON_CUH
+#define CUGATHER_COMMON_CUH
+
+#ifndef CG_DYNAMIC_SMEM
+#define CG_DYNAMIC_SMEM(type, name) extern __shared__ __align__(16) type name[]
+#endif
+
+// Layout checks of the argument blocks (see cugather/_layout.py).  NVRTC has
+// no offsetof, so there only the sizes are checked; host compilers and nvcc
+// check every offset.
+#if defined(__CUDACC_RTC__)
+#define CG_CHECK_OFFSET(T, field, offset)
+#else
+#define CG_CHECK_OFFSET(T, field, offset) \
+    static_assert(__builtin_offsetof(T, field) == offset, #T "." #field " moved")
+#endif
+
+// Threads per block every kernel is launched with at most.
+#ifndef CG_MAX_THREADS
+#define CG_MAX_THREADS 256
+#endif
+
+namespace cg {
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+// ---------------------------------------------------------------------------
+// Division by a run-time constant d.
+//
+// fast_divmod (Granlund & Montgomery, as in onnxruntime's fast_divmod.h): the
+// host computes l = ceil(log2 d) and m = floor(2^N (2^l - d) / d) + 1, then
+// q = (umulhi(m, n) + n) >> l.  This is exact for every 0 <= n < 2^N and
+// 1 <= d < 2^N as long as umulhi(m, n) + n does not overflow, which holds for
+// n < 2^(N-1): N = 32 covers n, d < 2^31 (Math32), N = 64 covers n < 2^63
+// (Math64).  The plan picks the width from the largest numerator.
+// ---------------------------------------------------------------------------
+struct Divisor {
+    u64 d;  // divisor, >= 1
+    u64 m;  // magic multiplier (fits in 32 bits for Math32)
+    u32 l;  // shift
+    u32 pad;
+};
+
+struct Math32 {
+    typedef u32 Ix;
+    static __device__ __forceinline__ u32 div(const Divisor& v, u32 n)
+    {
+        return (__umulhi((u32)v.m, n) + n) >> v.l;
+    }
+};
+
+struct Math64 {
+    typedef u64 Ix;
+    static __device__ __forceinline__ u64 div(const Divisor& v, u64 n)
+    {
+        return (__umul64hi(v.m, n) + n) >> v.l;
+    }
+};
+
+// Plain 64-bit division: the reference the fast paths are measured against.
+struct MathDiv64 {
+    typedef u64 Ix;
+    static __device__ __forceinline__ u64 div(const Divisor& v, u64 n) { return n / v.d; }
+};
+
+template <class M>
+__device__ __forceinline__ void divmod(const Divisor& v, typename M::Ix n,
+                                       typename M::Ix& q, typename M::Ix& r)
+{
+    q = M::div(v, n);
+    r = n - q * (typename M::Ix)v.d;
+}
+
+// ---------------------------------------------------------------------------
+// Out-of-range index policies, a compile-time choice.  resolve() maps a raw
+// index to [0, s) and returns false when the element takes the fill value.
+// ---------------------------------------------------------------------------
+enum {
+    MODE_RAISE = 0,       // indices were checked on the device first; only normalise negatives
+    MODE_WRAP = 1,        // i mod s (numpy/cupy "wrap")
+    MODE_CLIP = 2,        // negatives count from the end, then clamp to [0, s-1]
+    MODE_CLIP_NUMPY = 3,  // numpy.take "clip": clamp to [0, s-1], negatives become 0
+    MODE_FILL = 4         // in [-s, s) as usual, anything else takes the fill value
+};
+
+template <int MODE>
+__device__ __forceinline__ bool resolve(i64& i, i64 s)
+{
+    if (MODE == MODE_RAISE) {
+        if (i < 0) i += s;
+        return true;
+    } else if (MODE == MODE_WRAP) {
+        if ((u64)i >= (u64)s) {  // rare path: one division only for out-of-range values
+            if (i < 0 && i >= -s) {
+                i += s;
+            } else {
+                i %= s;
+                if (i < 0) i += s;
+            }
+        }
+        return true;
+    } else if (MODE == MODE_CLIP) {
+        if (i < 0) i += s;
+        if (i < 0) i = 0;
+        else if (i >= s) i = s - 1;
+        return true;
+    } else if (MODE == MODE_CLIP_NUMPY) {
+        if (i < 0) i = 0;
+        else if (i >= s) i = s - 1;
+        return true;
+    } else {
+        if (i < 0) i += s;
+        return (u64)i < (u64)s;
+    }
+}
+
+// Index loads go through the read-only path; int32 and int64 indices have
+// their own instantiations (no upcast in memory).
+__device__ __forceinline__ i64 load_index(const int* p) { return (i64)__ldg(p); }
+__device__ __forceinline__ i64 load_index(const long long* p) { return (i64)__ldg(p); }
+
+// The fill value travels as 16 bytes holding the element pattern repeated to
+// the unit width; a unit reads its first sizeof(U) bytes.
+template <class U>
+__device__ __forceinline__ U fill_unit(const u64 (&fill)[2])
+{
+    U v;
+    memcpy(&v, fill, sizeof(U));
+    return v;
+}
+
+// ---------------------------------------------------------------------------
+// Argument blocks, passed by value.  cugather/_layout.py holds the matching
+// NumPy dtypes; every rendered source asserts the offsets.
+// ---------------------------------------------------------------------------
+
+// rows, scalar and inner kernels: data viewed as (outer, axis_len, row) with a
+// contiguous row of `units` units, output as (outer * n_indices, row).
+struct GatherArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    i64 s_outer;     // bytes between outer slices of data (signed)
+    i64 s_axis;      // bytes between consecutive positions on the gather axis (signed)
+    i64 axis_len;
+    u64 rows;        // outer * n_indices: rows of the output
+    u64 units;       // units per row
+    u64 n_indices;
+    u64 outer;
+    Divisor n_div;   // n_indices, splits an output row into (outer, index position)
+    u32 tile_cu;     // rows kernel: units per thread along a row
+    u32 tile_ru;     // rows kernel: rows per thread
+    u32 stage_unit;  // inner kernel: bytes per staging load
+    u32 pad;
+    u64 fill[2];
+};
+
+#ifndef CG_MAX_DIMS
+#define CG_MAX_DIMS 8
+#endif
+
+// elem kernel: any strides.  The output (contiguous) is split, innermost
+// first, into ndim dimensions; dimension index_dim is the indices dimension.
+struct ElemArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    u64 total;       // units in the output
+    i64 axis_len;
+    i64 s_axis;      // bytes
+    u32 ndim;
+    u32 index_dim;
+    Divisor dims[CG_MAX_DIMS];
+    i64 strides[CG_MAX_DIMS];  // bytes, per output dimension (unused for index_dim)
+    u64 fill[2];
+};
+
+// raise-mode bounds check over the indices.
+struct CheckArgs {
+    const void* indices;
+    u64 n;
+    i64 axis_len;
+    u64* first_bad;  // atomicMin of the positions of out-of-range indices
+};
+
+}  // namespace cg
+
+#endif  // CUGATHER_COMMON_CUH

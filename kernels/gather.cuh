@@ -1,0 +1,257 @@
+// cugather device code: the gather kernel family.  Each function is the body
+// of one extern "C" entry point rendered from templates/gather.cu.j2.
+//
+// U is the unit moved per load/store (1, 2, 4, 8 or 16 bytes), Idx the index
+// element type (int or long long), M the index math (Math32, Math64,
+// MathDiv64), MODE the out-of-range policy.
+#ifndef CUGATHER_GATHER_CUH
+#define CUGATHER_GATHER_CUH
+
+// Independent loads in flight per thread (tuning knobs; compile options may
+// override them).
+#ifndef CG_SCALAR_ILP
+#define CG_SCALAR_ILP 4
+#endif
+#ifndef CG_INNER_PICKS
+#define CG_INNER_PICKS 8
+#endif
+
+namespace cg {
+
+// ---------------------------------------------------------------------------
+// rows: rows of two units or more.  A block is a (TX, TY) grid of threads;
+// each thread moves CU units of RU rows (CU * RU = 4 loads in flight).  Small
+// rows put several rows in a block (TX = units), large rows spread one row
+// over blockIdx.y chunks.  A row's index and source address are resolved once
+// per thread and reused for all its units.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE, int CU, int RU>
+__device__ __forceinline__ void rows_tile(const GatherArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Ix rows = (Ix)a.rows;
+    const Ix units = (Ix)a.units;
+    const Ix tx = (Ix)blockDim.x;
+    const Ix ty = (Ix)blockDim.y;
+    const Ix row_tile = ty * RU;
+    const Ix unit_tile = tx * CU;
+    const Idx* idx = (const Idx*)a.indices;
+    const U fillv = fill_unit<U>(a.fill);
+
+    for (Ix rt = (Ix)blockIdx.x * row_tile; rt < rows; rt += (Ix)gridDim.x * row_tile) {
+        const U* src[RU];
+        U* dst[RU];
+        bool live[RU];
+        bool keep[RU];
+#pragma unroll
+        for (int kr = 0; kr < RU; ++kr) {
+            const Ix row = rt + (Ix)kr * ty + (Ix)threadIdx.y;
+            live[kr] = row < rows;
+            keep[kr] = false;
+            src[kr] = 0;
+            dst[kr] = 0;
+            if (live[kr]) {
+                Ix o, n;
+                divmod<M>(a.n_div, row, o, n);
+                i64 i = load_index(idx + n);
+                keep[kr] = resolve<MODE>(i, a.axis_len);
+                src[kr] = (const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis);
+                dst[kr] = (U*)a.out + (u64)row * (u64)units;
+            }
+        }
+        for (Ix ut = (Ix)blockIdx.y * unit_tile + (Ix)threadIdx.x; ut < units;
+             ut += (Ix)gridDim.y * unit_tile) {
+            U v[RU][CU];
+#pragma unroll
+            for (int kr = 0; kr < RU; ++kr) {
+#pragma unroll
+                for (int kc = 0; kc < CU; ++kc) {
+                    const Ix u = ut + (Ix)kc * tx;
+                    if (live[kr] && u < units) v[kr][kc] = keep[kr] ? __ldg(src[kr] + u) : fillv;
+                }
+            }
+#pragma unroll
+            for (int kr = 0; kr < RU; ++kr) {
+#pragma unroll
+                for (int kc = 0; kc < CU; ++kc) {
+                    const Ix u = ut + (Ix)kc * tx;
+                    if (live[kr] && u < units) dst[kr][u] = v[kr][kc];
+                }
+            }
+        }
+    }
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_rows(const GatherArgs& a)
+{
+    // The split is uniform across the grid, so the branch never diverges.
+    if (a.tile_cu == 4) rows_tile<U, Idx, M, MODE, 4, 1>(a);
+    else if (a.tile_cu == 2) rows_tile<U, Idx, M, MODE, 2, 2>(a);
+    else rows_tile<U, Idx, M, MODE, 1, 4>(a);
+}
+
+// ---------------------------------------------------------------------------
+// scalar: rows of one unit (a single element, or a tiny inner block moved as
+// one unit).  Each thread keeps CG_SCALAR_ILP independent random loads in
+// flight; index loads and output stores stay coalesced across the warp.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_scalar(const GatherArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Ix rows = (Ix)a.rows;
+    const Ix bs = (Ix)blockDim.x;
+    const Ix tile = bs * CG_SCALAR_ILP;
+    const Idx* idx = (const Idx*)a.indices;
+    U* out = (U*)a.out;
+    const U fillv = fill_unit<U>(a.fill);
+
+    for (Ix base = (Ix)blockIdx.x * tile + (Ix)threadIdx.x; base < rows;
+         base += (Ix)gridDim.x * tile) {
+        i64 off[CG_SCALAR_ILP];
+        bool keep[CG_SCALAR_ILP];
+#pragma unroll
+        for (int k = 0; k < CG_SCALAR_ILP; ++k) {
+            const Ix r = base + (Ix)k * bs;
+            off[k] = 0;
+            keep[k] = false;
+            if (r < rows) {
+                Ix o, n;
+                divmod<M>(a.n_div, r, o, n);
+                i64 i = load_index(idx + n);
+                keep[k] = resolve<MODE>(i, a.axis_len);
+                off[k] = (i64)o * a.s_outer + i * a.s_axis;
+            }
+        }
+        U v[CG_SCALAR_ILP];
+#pragma unroll
+        for (int k = 0; k < CG_SCALAR_ILP; ++k) {
+            const Ix r = base + (Ix)k * bs;
+            if (r < rows) v[k] = keep[k] ? __ldg((const U*)(a.data + off[k])) : fillv;
+        }
+#pragma unroll
+        for (int k = 0; k < CG_SCALAR_ILP; ++k) {
+            const Ix r = base + (Ix)k * bs;
+            if (r < rows) out[r] = v[k];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// inner: the gather axis is the last one (or the row is a single unit) and a
+// whole data row fits in shared memory.  Each block stages a row once with
+// wide coalesced loads, then every thread picks CG_INNER_PICKS elements from
+// it and writes them coalesced.  A thread resolves its indices once and keeps
+// them in registers while the block walks over outer rows (blockIdx.y).
+// ---------------------------------------------------------------------------
+template <class S>
+__device__ __forceinline__ void stage_row(const char* row, unsigned char* stage, u64 bytes)
+{
+    const S* s = (const S*)row;
+    S* d = (S*)stage;
+    const u64 n = bytes / sizeof(S);
+    for (u64 j = threadIdx.x; j < n; j += blockDim.x) d[j] = __ldg(s + j);
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_inner(const GatherArgs& a)
+{
+    typedef typename M::Ix Ix;
+    CG_DYNAMIC_SMEM(unsigned char, stage);
+    const U* staged = (const U*)stage;
+    const Ix n_idx = (Ix)a.n_indices;
+    const Ix outer = (Ix)a.outer;
+    const Idx* idx = (const Idx*)a.indices;
+    const U fillv = fill_unit<U>(a.fill);
+    const u64 row_bytes = (u64)a.axis_len * sizeof(U);
+
+    // pick[k] >= 0: position in the staged row; -1: fill; -2: past the end.
+    int pick[CG_INNER_PICKS];
+    const Ix first = (Ix)blockIdx.x * (Ix)(blockDim.x * CG_INNER_PICKS) + (Ix)threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < CG_INNER_PICKS; ++k) {
+        const Ix n = first + (Ix)k * blockDim.x;
+        pick[k] = -2;
+        if (n < n_idx) {
+            i64 i = load_index(idx + n);
+            pick[k] = resolve<MODE>(i, a.axis_len) ? (int)i : -1;
+        }
+    }
+    for (Ix o = blockIdx.y; o < outer; o += gridDim.y) {
+        const char* row = a.data + (i64)o * a.s_outer;
+        switch (a.stage_unit) {
+            case 16: stage_row<uint4>(row, stage, row_bytes); break;
+            case 8: stage_row<uint2>(row, stage, row_bytes); break;
+            case 4: stage_row<unsigned int>(row, stage, row_bytes); break;
+            case 2: stage_row<unsigned short>(row, stage, row_bytes); break;
+            default: stage_row<unsigned char>(row, stage, row_bytes); break;
+        }
+        __syncthreads();
+        U* dst = (U*)a.out + (u64)o * (u64)n_idx;
+#pragma unroll
+        for (int k = 0; k < CG_INNER_PICKS; ++k) {
+            const Ix n = first + (Ix)k * blockDim.x;
+            if (pick[k] >= 0) dst[n] = staged[pick[k]];
+            else if (pick[k] == -1) dst[n] = fillv;
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// elem: the general fallback, one output unit per thread.  The flat output
+// position is split by fast_divmod into up to CG_MAX_DIMS coordinates, which
+// address data through arbitrary (even negative) strides.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_elem(const ElemArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Ix total = (Ix)a.total;
+    const Idx* idx = (const Idx*)a.indices;
+    U* out = (U*)a.out;
+    const U fillv = fill_unit<U>(a.fill);
+    const Ix step = (Ix)gridDim.x * (Ix)blockDim.x;
+
+    for (Ix t = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; t < total; t += step) {
+        Ix rest = t;
+        i64 off = 0;
+        bool keep = true;
+#pragma unroll
+        for (int d = 0; d < CG_MAX_DIMS; ++d) {
+            if (d < (int)a.ndim) {
+                Ix q, c;
+                divmod<M>(a.dims[d], rest, q, c);
+                rest = q;
+                if (d == (int)a.index_dim) {
+                    i64 i = load_index(idx + c);
+                    keep = resolve<MODE>(i, a.axis_len);
+                    off += i * a.s_axis;
+                } else {
+                    off += (i64)c * a.strides[d];
+                }
+            }
+        }
+        out[t] = keep ? __ldg((const U*)(a.data + off)) : fillv;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// check: raise mode runs this before the gather; it records the first
+// position whose index lies outside [-s, s).
+// ---------------------------------------------------------------------------
+template <class Idx>
+__device__ __forceinline__ void check_indices(const CheckArgs& a)
+{
+    const Idx* idx = (const Idx*)a.indices;
+    const u64 step = (u64)gridDim.x * blockDim.x;
+    for (u64 p = (u64)blockIdx.x * blockDim.x + threadIdx.x; p < a.n; p += step) {
+        const i64 i = load_index(idx + p);
+        if (i < -a.axis_len || i >= a.axis_len) atomicMin(a.first_bad, (unsigned long long)p);
+    }
+}
+
+}  // namespace cg
+
+#endif  // CUGATHER_GATHER_CUH

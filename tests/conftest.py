@@ -1,0 +1,21 @@
+"""Test tiers: pure (always), nvrtc (NVRTC library), hostsim (C++ compiler), gpu."""
+
+import pytest
+
+from cugather._env import no_gpu_reason, nvrtc_available
+
+_GPU = no_gpu_reason()
+_NVRTC = nvrtc_available()
+
+
+def pytest_report_header(config):
+    return [f"cugather tiers: gpu={'yes' if _GPU is None else 'no (' + _GPU + ')'}, "
+            f"nvrtc={'yes' if _NVRTC is None else 'no'}"]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "gpu" in item.keywords and _GPU is not None:
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {_GPU}"))
+        if "nvrtc" in item.keywords and _NVRTC is not None:
+            item.add_marker(pytest.mark.skip(reason=_NVRTC))
