@@ -1,0 +1,135 @@
+"""``python -m cugather bench``: cugather against the copy ceiling and the peers.
+
+Per case: the bytes a gather must move (2 x output + indices), a device copy
+of the output bytes in the same run (the ceiling), cugather, cupy.take,
+torch.index_select, jax.numpy.take and an onnxruntime-style kernel, each
+checked against cugather's result, then timed (median of many calls after
+warm-up).  Results go to a JSON file and a PNG chart in ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy
+
+from .cases import CASES, QUICK, Case, by_name
+from .measure import divmod_comparison, host_overhead, run_case
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--quick", action="store_true", help=f"run the subset {', '.join(QUICK)}")
+    p.add_argument("--case", action="append", default=[], metavar="NAME",
+                   help="run only this case (repeatable); names: "
+                        + ", ".join(c.name for c in CASES))
+    p.add_argument("--out", default="bench-out", help="folder for results.json and chart.png")
+    p.add_argument("--repeat", type=int, default=None, help="timed calls per measurement")
+    p.add_argument("--no-peers", action="store_true", help="skip torch and JAX")
+    p.add_argument("--no-family", action="store_true",
+                   help="skip the gather_elements / gather_nd cases")
+
+
+def _progress(items, desc):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, file=sys.stderr, leave=False)
+    except ImportError:  # progress as plain lines
+        def gen():
+            for i, item in enumerate(items):
+                print(f"[{desc} {i + 1}/{len(items)}] {getattr(item, 'name', item)}",
+                      file=sys.stderr, flush=True)
+                yield item
+        return gen()
+
+
+def _versions(cp) -> dict:
+    v = {"python": platform.python_version(), "numpy": numpy.__version__, "cupy": cp.__version__,
+         "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+         "driver": cp.cuda.runtime.driverGetVersion()}
+    from .. import __version__
+    from .._compiler import nvrtc_version
+
+    v["cugather"] = __version__
+    v["nvrtc"] = ".".join(map(str, nvrtc_version()))
+    for name in ("torch", "jax"):
+        try:
+            v[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return v
+
+
+def run(args) -> int:
+    from .._env import no_gpu_reason
+
+    reason = no_gpu_reason()
+    if reason is not None:
+        print(f"cugather bench needs a CUDA GPU: {reason}", file=sys.stderr)
+        return 2
+    import cupy as cp
+
+    names = args.case or (QUICK if args.quick else [c.name for c in CASES])
+    cases = [by_name(n) for n in names]
+    repeat = args.repeat or (20 if args.quick else 50)
+    peers = _load_peers(not args.no_peers)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    results = {"gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+               "command": "python -m cugather bench " + " ".join(sys.argv[2:]),
+               "versions": _versions(cp), "repeat": repeat, "cases": []}
+    for case in _progress(cases, "cases"):
+        results["cases"].append(run_case(cp, case, peers, repeat))
+    if "tiny" in names:
+        results["host_overhead_us"] = host_overhead(cp, by_name("tiny"), peers)
+    if not args.case or any(n in names for n in ("emb512_f32_i64", "rows64B_f32")):
+        results["fallback_divmod"] = divmod_comparison(cp, repeat)
+    if not args.no_family and not args.case:
+        results["family"] = _family(cp, args.quick, repeat, peers)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    from .report import chart, table
+
+    print(table(results))
+    png = chart(results, os.path.join(args.out, "chart.png"))
+    print(f"\nresults: {os.path.join(args.out, 'results.json')}" + (f", chart: {png}" if png else ""))
+    return 0
+
+
+def _load_peers(enabled: bool) -> dict:
+    peers = {}
+    if not enabled:
+        return peers
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            peers["torch"] = torch
+    except ImportError:
+        pass
+    try:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+
+        if any(d.platform == "gpu" for d in jax.devices()):
+            peers["jax"] = jax
+    except Exception:  # ImportError, or no GPU backend
+        pass
+    return peers
+
+
+def _family(cp, quick, repeat, peers):
+    try:
+        from .. import bench_family
+    except ImportError:
+        return []
+    from .measure import run_family_case
+
+    return [run_family_case(cp, c, repeat) for c in _progress(bench_family.cases(quick), "family")]

@@ -1,0 +1,140 @@
+"""The implementations a benchmark case is run with, and how each is timed.
+
+CuPy-stream implementations (the copy ceiling, cugather, cupy.take, the
+onnxruntime-style kernel) are timed with CUDA events around each call on
+CuPy's current stream.  torch runs on its own stream and is timed with
+torch.cuda events on that stream; JAX dispatches asynchronously on its own
+streams and is timed over many back-to-back calls closed by
+block_until_ready().
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy
+
+__all__ = ["ORT_STYLE_SOURCE", "ort_style_kernel", "time_cupy", "time_torch", "time_jax",
+           "host_time"]
+
+# One element per thread, 256 threads, two 32-bit fast_divmods, int32
+# offsets, negative indices wrapped once and anything else read as 0 --
+# the structure of onnxruntime's CUDA GatherImpl.
+ORT_STYLE_SOURCE = r"""
+struct FastDivmod { int d; unsigned int m; int l; };
+__device__ __forceinline__ int fdiv(const FastDivmod& f, int n) {
+    unsigned int t = __umulhi((unsigned int)n, f.m);
+    return (int)((t + (unsigned int)n) >> f.l);
+}
+template <typename T, typename I>
+__global__ void ort_gather(const T* in, const I* idx, T* out, long long n_out,
+                           FastDivmod block_div, FastDivmod inner_div,
+                           long long axis_len, long long input_block) {
+    long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n_out) return;
+    int q = fdiv(block_div, (int)id);
+    int r = (int)id - q * block_div.d;
+    int i = fdiv(inner_div, r);
+    int offset = r - i * inner_div.d;
+    long long v = idx[i];
+    if (v < 0) v += axis_len;
+    if (v < 0 || v >= axis_len) { out[id] = T(); return; }
+    out[id] = in[q * input_block + (int)v * inner_div.d + offset];
+}
+"""
+
+_ORT_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long",
+              16: "double2"}
+
+
+def _fast_divmod_struct(d: int):
+    l = (d - 1).bit_length()  # noqa: E741
+    m = ((1 << 32) * ((1 << l) - d)) // d + 1
+    return numpy.array([(d, m & 0xFFFFFFFF, l)],
+                       dtype=numpy.dtype([("d", "<i4"), ("m", "<u4"), ("l", "<i4")], align=True))
+
+
+_ort_modules: dict = {}
+
+
+def ort_style_kernel(cp, itemsize: int, index_dtype: str):
+    """A callable(data, idx, out, axis) running the onnxruntime-style kernel."""
+    key = (itemsize, index_dtype)
+    if key not in _ort_modules:
+        names = [f"ort_gather<{t}, {i}>" for t in _ORT_TYPES.values() for i in ("int", "long long")]
+        mod = cp.RawModule(code=ORT_STYLE_SOURCE, options=("--std=c++14",), name_expressions=names)
+        _ort_modules.update({
+            (size, idt): mod.get_function(
+                f"ort_gather<{t}, {'int' if idt == 'int32' else 'long long'}>")
+            for size, t in _ORT_TYPES.items() for idt in ("int32", "int64")})
+    fn = _ort_modules[key]
+
+    def run(data, idx, out, axis):
+        inner = int(numpy.prod(data.shape[axis + 1:], dtype=numpy.int64))
+        n_idx = idx.size
+        n_out = out.size
+        block = (n_idx * inner)
+        grid = (-(-n_out // 256),)
+        fn(grid, (256,), (data, idx, out, numpy.int64(n_out), _fast_divmod_struct(block),
+                          _fast_divmod_struct(inner), numpy.int64(data.shape[axis]),
+                          numpy.int64(data.shape[axis] * inner)))
+    return run
+
+
+def time_cupy(cp, fn, repeat: int, warmup: int = 3) -> list:
+    """Milliseconds per call, CUDA events around each call on CuPy's stream."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeat)]
+    for start, stop in events:
+        start.record()
+        fn()
+        stop.record()
+    events[-1][1].synchronize()
+    return [cp.cuda.get_elapsed_time(a, b) for a, b in events]
+
+
+def time_torch(torch, fn, repeat: int, warmup: int = 3) -> list:
+    """Milliseconds per call, torch.cuda events on torch's current stream."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeat)]
+    for start, stop in events:
+        start.record()
+        fn()
+        stop.record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in events]
+
+
+def time_jax(fn, repeat: int, warmup: int = 3, batches: int = 5) -> list:
+    """Milliseconds per call: back-to-back calls closed by block_until_ready()."""
+    for _ in range(warmup):
+        fn().block_until_ready()
+    per = max(1, repeat // batches)
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(per - 1):
+            fn()
+        fn().block_until_ready()
+        times.append((time.perf_counter() - t0) * 1e3 / per)
+    return times
+
+
+def host_time(fn, sync, calls: int = 2000) -> float:
+    """Host (CPU) microseconds per call for back-to-back asynchronous calls."""
+    for _ in range(50):
+        fn()
+    sync()
+    t0 = time.process_time()
+    w0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    cpu = time.process_time() - t0
+    wall = time.perf_counter() - w0
+    sync()
+    return min(cpu, wall) * 1e6 / calls

@@ -1,0 +1,229 @@
+"""GPU tier: cugather.gather / take / GatherOp against numpy.take on a real device."""
+
+import zlib
+
+import numpy as np
+import pytest
+
+import cugather
+from reference import DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, random_data, random_indices
+
+pytestmark = pytest.mark.gpu
+
+cp = pytest.importorskip("cupy")
+
+SHAPES = [(7,), (5, 6), (3, 4, 5), (2, 3, 4, 3)]
+CASES = [(shape, axis) for shape in SHAPES for axis in range(len(shape))]
+
+
+def _case(rng, shape, axis, dtype, index_dtype, mode, idx_shape=(2, 3)):
+    data = random_data(rng, shape, dtype)
+    idx = random_indices(rng, idx_shape, shape[axis], index_dtype, out_of_range=mode != "raise")
+    return data, idx
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape,axis", CASES)
+def test_gather_matches_numpy(dtype, index_dtype, mode, shape, axis):
+    rng = np.random.default_rng(zlib.crc32(repr((dtype, index_dtype, mode, shape, axis)).encode()))
+    data, idx = _case(rng, shape, axis, dtype, index_dtype, mode)
+    got = cugather.gather(cp.asarray(data), cp.asarray(idx), axis, mode=mode, fill_value=1)
+    ctx = f"dtype={dtype} idx={index_dtype} mode={mode} shape={shape} axis={axis} indices={idx.tolist()}"
+    assert_same(got.get(), gather_ref(data, idx, axis, mode, fill_value=1), ctx)
+
+
+@pytest.mark.parametrize("mode", ["raise", "wrap", "clip"])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_take_matches_numpy(mode, axis):
+    rng = np.random.default_rng(3)
+    a = random_data(rng, (4, 5, 6), "float32")
+    n = a.size if axis is None else a.shape[axis]
+    idx = rng.integers(-n if mode == "raise" else -3 * n, n if mode == "raise" else 3 * n, size=(3, 2))
+    got = cugather.take(cp.asarray(a), cp.asarray(idx), axis=axis, mode=mode)
+    assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
+
+
+@pytest.mark.parametrize("kind", ["rows", "scalar", "inner", "elem"])
+@pytest.mark.parametrize("math_name", ["fast32", "fast64"])
+@pytest.mark.parametrize("mode", MODES)
+def test_forced_variants(kind, math_name, mode):
+    """Every variant computes the same function when forced on one shape."""
+    rng = np.random.default_rng(4)
+    cols = 1 if kind in ("scalar", "inner") else 6
+    data = random_data(rng, (50, cols), "float32") if kind != "inner" else random_data(rng, (9, 50), "float32")
+    axis = 1 if kind == "inner" else 0
+    idx = random_indices(rng, (300,), data.shape[axis], "int64", out_of_range=mode != "raise")
+    op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
+    plan = op.plan(data, idx, kind=kind, math_name=math_name, max_grid=3)
+    assert plan.key.kind == kind and plan.key.math == math_name
+    got = _run_plan(op, cp.asarray(data), cp.asarray(idx), plan)
+    assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
+
+
+def _run_plan(op, data, idx, plan):
+    """Launch a given (forced) plan through the library's own binding path."""
+    from cugather._compiler import load_kernel
+    from cugather._launch import BoundKernel, fill_words
+    from cugather._arrays import fill_bytes
+
+    out = cp.empty(plan.out_shape, data.dtype)
+    dev = data.data.device_id
+    if plan.check_key is not None:
+        flag = cp.full(1, 2**64 - 1, dtype=cp.uint64)
+        chk = BoundKernel(load_kernel(plan.check_key, dev).function, "CheckArgs",
+                          dict(n=plan.n_indices, axis_len=plan.axis_len), (4, 1, 1), (256, 1, 1))
+        chk.launch((idx.data.ptr, flag.data.ptr), cp.cuda.get_current_stream().ptr)
+        assert int(flag.get()[0]) == 2**64 - 1
+    fields = dict(plan.fields)
+    if plan.key.mode == "fill":
+        fields["fill"] = fill_words(fill_bytes(op.fill_value, data.dtype))
+    args_type = "ElemArgs" if plan.key.kind == "elem" else "GatherArgs"
+    bk = BoundKernel(load_kernel(plan.key, dev).function, args_type, fields, plan.grid,
+                     plan.block, plan.shared_mem)
+    bk.launch((data.data.ptr, idx.data.ptr, out.data.ptr), cp.cuda.get_current_stream().ptr)
+    return out
+
+
+@pytest.mark.parametrize("view", ["slice", "transpose", "negative", "step", "offset1"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("mode", MODES)
+def test_strided_data(view, axis, mode):
+    rng = np.random.default_rng(5)
+    base = random_data(rng, (8, 9, 10), "float64")
+    views = {
+        "slice": lambda a: a[1:7, 2:8, 1:9],
+        "transpose": lambda a: a.transpose(2, 0, 1),
+        "negative": lambda a: a[::-1, :, ::-2],
+        "step": lambda a: a[::2, 1::3, :],
+        "offset1": lambda a: a[:, :, 1:],
+    }
+    host = views[view](base)
+    dev = views[view](cp.asarray(base))
+    idx = random_indices(rng, (4, 2), host.shape[axis], "int32", out_of_range=mode != "raise")
+    got = cugather.gather(dev, cp.asarray(idx)[:, ::-1], axis, mode=mode)
+    assert_same(got.get(), gather_ref(host, idx[:, ::-1], axis, mode), f"{view} axis={axis}")
+
+
+def test_misaligned_bytes():
+    """uint8 views at odd offsets force narrow units; results stay exact."""
+    rng = np.random.default_rng(6)
+    base = random_data(rng, (40, 33), "uint8")
+    for off in range(4):
+        host = base[:, off:off + 17]
+        idx = random_indices(rng, (25,), 40, "int64")
+        got = cugather.gather(cp.asarray(base)[:, off:off + 17], cp.asarray(idx), 0)
+        assert_same(got.get(), np.take(host, np.where(idx < 0, idx + 40, idx), axis=0))
+
+
+def test_misaligned_complex_fill():
+    """A complex128 view at an 8-byte offset: the fill value keeps both halves."""
+    raw = cp.zeros(16 * 11 + 8, dtype=cp.uint8)
+    data = raw[8:].view(cp.complex128).reshape(11)
+    data[...] = cp.arange(11) + 1j
+    got = cugather.gather(data, cp.asarray([0, 20, -1]), mode="fill", fill_value=3 - 4j)
+    assert got.get().tolist() == [1j, 3 - 4j, 10 + 1j]
+
+
+def test_scalar_and_empty_indices():
+    rng = np.random.default_rng(7)
+    data = random_data(rng, (6, 5), "int16")
+    d = cp.asarray(data)
+    assert_same(cugather.gather(d, 2, 1).get(), np.take(data, 2, axis=1))
+    assert_same(cugather.gather(d, cp.asarray(-1), 0).get(), np.take(data, -1, axis=0))
+    assert_same(cugather.gather(d, [], 0).get(), np.take(data, np.array([], int), axis=0))
+    assert_same(cugather.gather(d, cp.zeros((2, 0), cp.int32), 1).get(),
+                np.take(data, np.zeros((2, 0), int), axis=1))
+    empty = cp.zeros((0, 5), cp.float32)
+    assert cugather.gather(empty, cp.zeros((3, 0), cp.int64), 0).shape == (3, 0, 5)
+    with pytest.raises(IndexError):
+        cugather.gather(empty, [0], 0)
+    assert cugather.gather(empty, [0, 5], 0, mode="fill", fill_value=2).get().shape == (2, 5)
+
+
+def test_host_and_list_indices():
+    data = cp.arange(10, dtype=cp.float32)
+    assert cugather.gather(data, [1, -1, 3]).get().tolist() == [1, 9, 3]
+    assert cugather.gather(data, np.array([[2]], np.uint16)).get().tolist() == [[2]]
+    assert cugather.gather(data, (np.uint64(2**64 - 1),)).get().tolist() == [9]
+    with pytest.raises(TypeError, match="integer"):
+        cugather.gather(data, [1.5])
+
+
+def test_raise_reports_first_bad_index_and_leaves_out_untouched():
+    data = cp.arange(20, dtype=cp.int32).reshape(4, 5)
+    idx = cp.asarray([[0, 1], [7, -9], [9, 2]])
+    out = cp.full((3, 2, 5), 77, cp.int32)
+    with pytest.raises(IndexError) as err:
+        cugather.gather(data, idx, 0, out=out)
+    msg = str(err.value)
+    assert "index 7" in msg and "[1, 0]" in msg and "size 4" in msg and "[-4, 3]" in msg
+    assert bool((out == 77).all())
+    # The device is still usable and the same op works on good indices.
+    assert cugather.gather(data, cp.asarray([3, -4]), 0).get().tolist() == [
+        [15, 16, 17, 18, 19], [0, 1, 2, 3, 4]]
+
+
+def test_out_argument():
+    data = cp.arange(12, dtype=cp.float64).reshape(3, 4)
+    out = cp.empty((3, 2), cp.float64)
+    res = cugather.gather(data, [3, 0], 1, out=out)
+    assert res is out and out.get().tolist() == [[3, 0], [7, 4], [11, 8]]
+    with pytest.raises(ValueError, match="shape"):
+        cugather.gather(data, [3, 0], 1, out=cp.empty((2, 3)))
+    with pytest.raises(TypeError, match="dtype"):
+        cugather.gather(data, [3, 0], 1, out=cp.empty((3, 2), cp.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        cugather.gather(data, [3, 0], 1, out=cp.empty((2, 3)).T)
+    with pytest.raises(ValueError, match="overlaps"):
+        cugather.gather(data, [0, 1, 2], 0, out=data)
+
+
+def test_gather_op_caches_plans():
+    op = cugather.GatherOp(axis=1, mode="wrap")
+    data = cp.ones((4, 8), cp.float16)
+    idx = cp.asarray([1, 2, 3], cp.int32)
+    for _ in range(5):
+        op(data, idx)
+    info = op.cache_info()
+    assert (info.hits, info.misses, info.currsize) == (4, 1, 1)
+    op(cp.ones((4, 9), cp.float16), idx)
+    assert op.cache_info().misses == 2
+    op.cache_clear()
+    assert op.cache_info() == (0, 0, info.maxsize, 0)
+
+
+def test_stream_argument():
+    s = cp.cuda.Stream(non_blocking=True)
+    data = cp.arange(1000, dtype=cp.float32)
+    idx = cp.asarray([5, 999, -1])
+    with s:
+        pass
+    got = cugather.gather(data, idx, mode="wrap", stream=s)
+    s.synchronize()
+    assert got.get().tolist() == [5, 999, 999]
+
+
+def test_gather_past_2_31_elements():
+    """Index math past 2^31: a large table and an output with > 2^31 rows."""
+    free, _ = cp.cuda.runtime.memGetInfo()
+    if free < 48 * 2**30:
+        pytest.skip(f"needs 48 GiB of free GPU memory, {free / 2**30:.1f} GiB free")
+    n = 3 * 2**30
+    table = cp.zeros(n, dtype=cp.int8)
+    picks = [0, 2**31 + 5, n - 1, 2**31 - 1]
+    table[cp.asarray(picks)] = cp.asarray([1, 2, 3, 4], cp.int8)
+    got = cugather.gather(table, cp.asarray(picks + [-1, -(2**31)]), mode="raise")
+    assert got.get().tolist() == [1, 2, 3, 4, 3, int(table[n - 2**31].get())]
+    del table
+    # An output of 2^31 + 16 elements: rows counted in 64-bit math.
+    small = cp.arange(10, dtype=cp.int8)
+    idx = (cp.arange(2**31 + 16, dtype=cp.int64) % 10).astype(cp.int32)
+    op = cugather.GatherOp(0, mode="wrap")
+    assert op.plan(small, idx).key.math == "fast64"
+    out = op(small, idx)
+    assert out.size == 2**31 + 16
+    assert bool((out[-16:] == idx[-16:].astype(cp.int8)).all())
+    assert bool((out[:4096] == idx[:4096].astype(cp.int8)).all())
+    assert int(out[2**31 + 3].get()) == (2**31 + 3) % 10

@@ -1,0 +1,146 @@
+"""Plans without a GPU: variant choice, units, grids, divisors, and a NumPy
+emulation of the kernels' addressing checked against numpy.take."""
+
+import math
+
+import numpy as np
+import pytest
+
+import cugather
+from cugather._fastdiv import fast_div
+from cugather._plan import DeviceLimits, Operand, _collapse, plan_gather, unit_for
+from reference import gather_ref, random_data, random_indices
+
+
+def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
+    op = data if isinstance(data, Operand) else Operand.contiguous(data[0], np.dtype(data[1]).itemsize)
+    return plan_gather(op, idx_shape, index_dtype, axis, mode, **kw)
+
+
+@pytest.mark.parametrize("shape,dtype,axis,n_idx,kind,unit", [
+    ((50000, 512), "f4", 0, 76800, "rows", 16),
+    ((1000000, 16), "f4", 0, 4000000, "rows", 16),
+    ((10000000, 3), "f2", 0, 20000000, "rows", 2),
+    ((1000000, 100), "u1", 0, 1000000, "rows", 4),
+    ((64000000,), "f4", 0, 32000000, "scalar", 4),
+    ((8192, 8192), "f4", 1, 4096, "inner", 4),
+    ((8192, 8192), "f4", 1, 10, "scalar", 4),   # few picks: staging a row would not pay
+    ((64, 1024, 256), "f2", 1, 512, "rows", 16),
+    ((100000, 64), "c16", 0, 200000, "rows", 16),
+    ((1000, 4, 2), "f4", 1, 3000, "inner", 8),  # tiny inner block
+])
+def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
+    p = plan_of((shape, dtype), (n_idx,), axis)
+    assert (p.key.kind, p.key.unit) == (kind, unit), p.describe()
+    assert p.out_shape == shape[:axis] + (n_idx,) + shape[axis + 1:]
+
+
+def test_rows_tiling_covers_rows_and_units():
+    for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 4096, 100000):
+        p = plan_of(((40, cols), "f4"), (7,))
+        if p.key.kind != "rows":
+            assert p.fields["units"] == 1
+            continue
+        f = p.fields
+        tx, ty, _ = p.block
+        assert tx * ty <= 256
+        assert f["tile_cu"] * f["tile_ru"] == 4
+        assert p.grid[0] * ty * f["tile_ru"] >= f["rows"]
+        assert p.grid[1] * tx * f["tile_cu"] >= f["units"]
+        assert f["units"] * p.key.unit == cols * 4
+
+
+def test_unit_follows_alignment():
+    assert unit_for(64, 256, 256) == 16
+    assert unit_for(64, 8, 256) == 8
+    assert unit_for(6, 256, 256) == 2
+    odd = Operand((10, 16), (16, 1), 1, align=1)
+    assert plan_of(odd, (3,)).key.unit == 1
+    shifted = Operand((10, 16), (16, 1), 1, align=4)
+    assert plan_of(shifted, (3,)).key.unit == 4
+
+
+def test_math_width_switches_past_2_31():
+    assert plan_of(((10,), "i1"), (2**31 - 1,)).key.math == "fast32"
+    assert plan_of(((10,), "i1"), (2**31,)).key.math == "fast64"
+    p = plan_of(((4, 3), "f4"), (5,), math_name="fast64")
+    assert p.key.math == "fast64" and p.fields["n_div"].bits == 64
+
+
+def test_raise_plans_a_check_and_empty_plans_launch_nothing():
+    p = plan_of(((5, 4), "f4"), (3,), mode="raise")
+    assert p.check_key.kind == "check" and p.key.mode == "raise"
+    e = plan_of(((5, 0), "f4"), (3,), mode="raise")
+    assert e.key is None and "nothing to launch" in e.describe()
+
+
+def test_collapse_merges_contiguous_dims():
+    assert _collapse([(2, 48), (3, 16), (4, 4)]) == [(24, 4)]
+    assert _collapse([(2, 100), (3, 16), (1, 999), (4, 4)]) == [(2, 100), (12, 4)]
+
+
+def test_describe_names_kernel_and_divisors():
+    text = cugather.GatherOp(0, mode="clip").plan(((1000, 64), "f2"), ((4096,), "int32")).describe()
+    assert "cugather_rows_u16_i32_fast32_clip" in text
+    assert "fast_divmod n_div: d=4096" in text and "grid" in text and "block" in text
+
+
+def test_forcing_an_impossible_variant_is_an_error():
+    with pytest.raises(ValueError, match="one unit"):
+        plan_of(((10, 8), "f4"), (3,), kind="scalar")
+    with pytest.raises(ValueError, match="shared memory"):
+        plan_of(((10, 100000), "f4"), (3,), axis=1, kind="inner")
+    with pytest.raises(ValueError, match="contiguous rows"):
+        plan_of(Operand((4, 5), (8, 40), 8), (3,), axis=0, kind="rows")
+
+
+# --------------------------------------------------------------- emulation
+def _emulate(plan, data, idx):
+    """Run a plan's addressing on the host: byte offsets from the plan's fields,
+    divisions through the fast_divmod emulation, reads from ``data``'s memory."""
+    f = plan.fields
+    n = plan.axis_len
+    norm = np.take(np.arange(n), idx.reshape(-1).astype(np.int64), mode="wrap")
+    base = data.__array_interface__["data"][0]
+    unit = plan.key.unit
+    out = []
+    if plan.key.kind == "elem":
+        for t in range(f["total"]):
+            rest, off = t, 0
+            for d in range(f["ndim"]):
+                q = fast_div(rest, f["dims"][d])
+                c = rest - q * f["dims"][d].d
+                rest = q
+                off += norm[c] * f["s_axis"] if d == f["index_dim"] else c * f["strides"][d]
+            out.append(_read(base, off, unit))
+    else:
+        for row in range(f["rows"]):
+            o = fast_div(row, f["n_div"])
+            src = o * f["s_outer"] + norm[row - o * f["n_div"].d] * f["s_axis"]
+            for u in range(f["units"]):
+                out.append(_read(base, src + u * unit, unit))
+    return np.frombuffer(b"".join(out), data.dtype).reshape(plan.out_shape)
+
+
+def _read(base, off, unit):
+    import ctypes
+
+    return ctypes.string_at(base + int(off), unit)
+
+
+@pytest.mark.parametrize("kind", [None, "elem"])
+@pytest.mark.parametrize("view", ["plain", "transpose", "negative", "slice"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_plan_addressing_matches_numpy(kind, view, axis):
+    rng = np.random.default_rng(axis)
+    base = random_data(rng, (5, 6, 7), "float32")
+    data = {"plain": base, "transpose": base.transpose(1, 2, 0),
+            "negative": base[::-1, :, ::-2], "slice": base[1:4, ::2, 2:]}[view]
+    idx = random_indices(rng, (2, 3), data.shape[axis], "int64")
+    op = cugather.GatherOp(axis, mode="wrap")
+    try:
+        plan = op.plan(data, idx, kind=kind)
+    except ValueError:
+        pytest.skip("variant not applicable to this layout")
+    got = _emulate(plan, data, idx)
+    np.testing.assert_array_equal(got, gather_ref(data, idx, axis, "wrap"))
