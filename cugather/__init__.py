@@ -10,5 +10,6 @@ Importing the package touches no GPU.
 from ._version import __version__
 from ._gather import CacheInfo, GatherOp, gather, take
 from ._plan import GatherPlan
+from . import jit  # inspect and control compiled kernels
 
-__all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo"]
+__all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo", "jit"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import OrderedDict, namedtuple
 from typing import Optional
 
@@ -26,6 +27,8 @@ __all__ = ["GatherOp", "gather", "take", "CacheInfo"]
 CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
 
 _NO_BAD = (1 << 64) - 1
+_live_ops = weakref.WeakSet()  # every GatherOp, so jit.cache_clear() can reach their plans
+_live_lock = threading.Lock()
 _limits: dict = {}
 _ready = threading.local()  # devices whose context this thread has made current
 
@@ -122,6 +125,8 @@ class GatherOp:
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._hits = self._misses = 0
+        with _live_lock:
+            _live_ops.add(self)
 
     def __repr__(self):
         return (f"GatherOp(axis={self.axis}, mode={self.mode!r}, fill_value={self.fill_value!r},"
@@ -280,6 +285,17 @@ def _operand(obj, argname: str):
     strides = tuple(getattr(obj, "strides", None) or Operand.contiguous(obj.shape, dtype.itemsize).strides)
     return Operand(tuple(obj.shape), strides, dtype.itemsize,
                    alignment(ptr) if ptr else 256), dtype
+
+
+def _clear_plan_caches() -> int:
+    """Empty the plan cache of every live GatherOp; return how many plans were dropped."""
+    with _live_lock:
+        ops = list(_live_ops)
+    dropped = 0
+    for op in ops:
+        dropped += op.cache_info().currsize
+        op.cache_clear()
+    return dropped
 
 
 # ---------------------------------------------------------------- functions

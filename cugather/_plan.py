@@ -129,9 +129,14 @@ class GatherPlan:
         return found
 
     def describe(self) -> str:
-        """A readable summary: variant, unit, grid, block and divisors."""
+        """A readable summary: kernel, variant, unit, grid, block, divisors, arguments."""
         if self.key is None:
-            return f"empty output {self.out_shape}: nothing to launch"
+            text = f"empty output {self.out_shape}: nothing to launch"
+            if self.copy_data:
+                text = f"output {self.out_shape}: data is first copied ({self.reason})"
+            if self.check_key is not None:
+                text += f"\ncheck       {self.check_key.entry} ({self.n_indices} indices)"
+            return text
         lines = [
             f"kernel      {self.key.entry}",
             f"variant     {self.key.kind} ({self.reason})",
@@ -143,6 +148,10 @@ class GatherPlan:
         ]
         for name, d in self.divisors().items():
             lines.append(f"fast_divmod {name}: d={d.d} M={d.m} l={d.l} ({d.bits}-bit)")
+        plain = [f"{k}={v}" for k, v in self.fields.items() if k not in self.divisors()
+                 and not (isinstance(v, list) and v and isinstance(v[0], Divisor))]
+        if plain:
+            lines.append(f"arguments   {' '.join(plain)}")
         if self.check_key is not None:
             lines.append(f"check       {self.check_key.entry} (before the gather)")
         if self.copy_data:

@@ -1,0 +1,272 @@
+"""python -m cugather info | cache | inspect (pure, nvrtc and gpu tiers)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cugather
+from cugather import _cli_jit, _compiler, jit
+from cugather.__main__ import main
+from cugather._env import no_gpu_reason
+from cugather._fastdiv import make_divisor
+from cugather._keys import KernelKey
+
+ROWS = KernelKey("rows", 16, "int64", "fast32", "raise")
+CHECK = KernelKey("check", 0, "int64", "fast64", "raise")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "kernel_cache"))
+    jit.cache_clear()
+    yield tmp_path / "kernel_cache" / "cugather"
+    jit.cache_clear()
+
+
+def run(capsys, *argv):
+    """(exit code, stdout, stderr) of ``python -m cugather ARGV`` run in this process."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    return code, json.loads(out), err
+
+
+def _no_tools(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(jit, "_wheel_bin_folders", lambda: [])
+
+
+# ---------------------------------------------------------------- pure
+def test_table_aligns_columns():
+    text = _cli_jit._table(["NAME", "REGS", "STATE"],
+                           [["a_long_name", 48, "current"], ["b", None, "stale"]], right=(1,))
+    lines = text.splitlines()
+    assert lines == ["NAME         REGS  STATE",
+                     "a_long_name    48  current",
+                     "b               -  stale"]
+
+
+def test_shape_and_dtype_arguments_are_checked(capsys):
+    assert _cli_jit._shape("1000,128") == (1000, 128)
+    assert _cli_jit._shape("(7,)") == (7,) and _cli_jit._shape("") == ()
+    for argv in (["inspect", "--shape", "a,b"], ["inspect", "--dtype", "floaty"],
+                 ["inspect", "--index-dtype", "int16"], ["inspect", "--ptx", "--sass"],
+                 ["cache", "show"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected comma-separated sizes" in err and "not a NumPy dtype: 'floaty'" in err
+
+
+def test_info_reports_versions_gpu_and_cache(capsys, cache):
+    code, out, _ = run(capsys, "info")
+    assert code == 0
+    assert out.startswith(f"cugather {cugather.__version__}\n")
+    assert f"numpy         {np.__version__}" in out
+    assert f"directory  {cache}" in out
+    assert "kernels    0 (0 current, 0 stale, 0 damaged), 0 B" in out
+    reason = no_gpu_reason()
+    if reason is None:
+        assert "GPU           " in out and "TARGET" in out
+    else:
+        assert f"GPU           no GPU found: {reason}" in out
+
+
+def test_info_json(capsys, cache):
+    code, doc, _ = run_json(capsys, "info")
+    assert code == 0 and doc["cugather"] == cugather.__version__
+    assert doc["cache"]["dir"] == str(cache) and doc["cache"]["entries"] == 0
+    assert doc["no_gpu_reason"] == no_gpu_reason()
+    assert (doc["gpus"] == []) == (no_gpu_reason() is not None)
+
+
+def test_cache_list_of_an_empty_cache(capsys, cache):
+    code, out, _ = run(capsys, "cache", "list")
+    assert code == 0 and out == f"{cache}: 0 cugather kernel file(s), 0 B\n"
+    assert run(capsys, "cache") == (0, out, "")  # list is the default action
+    code, doc, _ = run_json(capsys, "cache", "list")
+    assert doc == {"cache_dir": str(cache), "entries": []}
+
+
+def test_cache_clear_leaves_the_rest_of_cupys_cache(capsys, cache):
+    cache.mkdir(parents=True)
+    (cache / "cugather_a.sm_90.1.cgk").write_bytes(b"junk")
+    (cache.parent / "cupy_own.cubin").write_bytes(b"CuPy's")
+    code, out, _ = run(capsys, "cache", "clear")
+    assert code == 0
+    assert out == (f"removed 1 cugather kernel file(s) from {cache}; nothing else of CuPy's "
+                   f"cache was touched\n")
+    assert (cache.parent / "cupy_own.cubin").read_bytes() == b"CuPy's"
+    code, doc, _ = run_json(capsys, "cache", "clear")
+    assert doc == {"cache_dir": str(cache), "removed": 0, "stale_only": False}
+
+
+def test_cache_show_unknown_name(capsys):
+    code, out, err = run(capsys, "cache", "show", "nothing_here")
+    assert code == 2 and out == ""
+    assert "NAME 'nothing_here' matches no kernel file" in err
+
+
+# ---------------------------------------------------------------- nvrtc
+def _compile_two():
+    return jit.compile_key(ROWS), jit.compile_key(CHECK, arch="sm_80")
+
+
+@pytest.mark.nvrtc
+def test_cache_list_table_and_json(capsys, cache):
+    rows, check = _compile_two()
+    code, out, _ = run(capsys, "cache", "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{cache}: 2 cugather kernel file(s)")
+    header, body = lines[2], lines[3:]
+    assert header.split() == ["NAME", "ARCH", "REGS", "SPILL", "ST/LD", "SIZE", "COMPILE", "STATE"]
+    assert len(body) == 2
+    col = header.index("ARCH")
+    by_arch = {line[col:].split()[0]: line for line in body}  # every row aligned under ARCH
+    assert set(by_arch) == {"sm_90", "sm_80"}
+    for info in (rows, check):
+        line = by_arch[info.arch]
+        assert line.startswith(os.path.basename(info.cache_path)[:-4])
+        assert f" {info.registers} " in line and line.rstrip().endswith("current")
+    code, doc, _ = run_json(capsys, "cache", "list")
+    got = {e["entry"]: e for e in doc["entries"]}
+    assert set(got) == {ROWS.entry, CHECK.entry}
+    assert got[ROWS.entry]["registers"] == rows.registers
+    assert got[CHECK.entry]["arch"] == "sm_80" and got[CHECK.entry]["state"] == "current"
+    assert got[ROWS.entry]["size"] == os.path.getsize(rows.cache_path)
+
+
+@pytest.mark.nvrtc
+def test_cache_show_by_prefix_with_source_and_ptx(capsys):
+    rows, _ = _compile_two()
+    code, out, _ = run(capsys, "cache", "show", "cugather_rows")
+    assert code == 0
+    assert f"kernel       {ROWS.entry}" in out
+    assert "key          kind=rows unit=16 index=int64 math=fast32 mode=raise" in out
+    assert f"registers    {rows.registers}\n" in out and "state        current" in out
+    assert rows.ptxas_log in out
+    code, out, _ = run(capsys, "cache", "show", ROWS.entry, "--source")
+    assert code == 0 and rows.source.rstrip("\n") in out
+    code, out, _ = run(capsys, "cache", "show", os.path.basename(rows.cache_path), "--ptx")
+    assert code == 0 and f".entry {ROWS.entry}(" in out
+    code, doc, _ = run_json(capsys, "cache", "show", "cugather_check", "--ptx")
+    assert code == 0 and doc["entry"] == CHECK.entry and ".target sm_80" in doc["ptx"]
+    code, out, err = run(capsys, "cache", "show", "cugather_")
+    assert code == 2 and "matches 2 kernel files" in err
+
+
+@pytest.mark.nvrtc
+def test_cache_show_and_clear_stale_or_damaged(capsys, cache):
+    rows, _ = _compile_two()
+    junk = cache / "cugather_junk.sm_90.0.cgk"
+    junk.write_bytes(b"\0" * 10)
+    code, out, _ = run(capsys, "cache", "show", "cugather_junk")
+    assert code == 0 and "state  damaged: it is truncated or not a cugather kernel file" in out
+    code, out, _ = run(capsys, "cache", "clear", "--stale")
+    assert code == 0 and out.startswith("removed 1 stale or damaged cugather kernel file(s)")
+    assert not junk.exists() and os.path.exists(rows.cache_path)
+
+
+@pytest.mark.nvrtc
+def test_inspect_shows_plan_report_and_source(capsys):
+    code, out, err = run(capsys, "inspect", "--dtype", "float16", "--index-dtype", "int64",
+                         "--shape", "1000,128", "--indices-shape", "4096", "--axis", "0",
+                         "--arch", "sm_90")
+    assert code == 0, err
+    plan = cugather.GatherOp(0).plan(((1000, 128), "float16"), ((4096,), "int64"))
+    assert out.startswith("gather(data (1000, 128) float16, indices (4096,) int64, axis=0, "
+                          "mode='raise')\n\n" + plan.describe() + "\n")
+    report = out[out.index("ptxas report (NVRTC, sm_90)"):]
+    rows = {line.split()[0]: line.split() for line in report.splitlines()[2:5] if line.strip()}
+    for key in (plan.key, plan.check_key):
+        info = jit.compile_key(key)
+        assert rows[key.entry][1:5] == [str(info.registers), "0", "0", "0"]
+    assert f"source of {plan.key.entry} (sm_90)" in out
+    assert jit.compile_key(plan.key).source.rstrip("\n") in out
+
+
+@pytest.mark.nvrtc
+def test_inspect_json_describes_the_plan(capsys):
+    code, doc, _ = run_json(capsys, "inspect", "--shape", "64,1024", "--axis", "1",
+                            "--indices-shape", "512", "--mode", "wrap", "--index-dtype",
+                            "int32", "--arch", "sm_80")
+    assert code == 0
+    plan = cugather.GatherOp(1, mode="wrap").plan(((64, 1024), "float16"), ((512,), "int32"))
+    p = doc["plan"]
+    assert p["kernel"] == plan.key.entry and p["variant"] == plan.kind
+    assert p["check_kernel"] is None and p["unit"] == plan.key.unit
+    assert (tuple(p["grid"]), tuple(p["block"])) == (plan.grid, plan.block)
+    assert p["shared_mem"] == plan.shared_mem and p["out_shape"] == [64, 512]
+    assert p["fast_divmod"]["n_div"] == make_divisor(512, 32)._asdict()
+    assert [k["entry"] for k in doc["kernels"]] == [plan.key.entry]
+    assert doc["kernels"][0]["arch"] == "sm_80" and doc["arch"] == "sm_80"
+    assert doc["listing"]["what"] == "source" and "// cugather" in doc["listing"]["text"]
+
+
+@pytest.mark.nvrtc
+def test_inspect_ptx_replaces_the_source(capsys):
+    code, out, _ = run(capsys, "inspect", "--ptx", "--mode", "fill", "--indices-shape", "7,3",
+                         "--arch", "sm_90")
+    assert code == 0
+    assert "ptx of cugather_rows_u16_i64_fast32_fill (sm_90)" in out and ".version" in out
+    assert "// ---- kernels/" not in out
+    code, out, _ = run(capsys, "inspect", "--no-source", "--indices-shape", "")
+    assert code == 0 and "ptxas report" in out and "source of" not in out
+    assert "output      (128,)" in out  # a scalar index drops the axis
+
+
+@pytest.mark.nvrtc
+def test_inspect_sass_without_tools_fails_clearly(capsys, monkeypatch, tmp_path):
+    _no_tools(monkeypatch, tmp_path)
+    code, out, err = run(capsys, "inspect", "--sass")
+    assert code == 1 and "ptxas report" in out
+    assert "cannot show SASS of cugather_rows_u16_i64_fast32_raise: nvdisasm" in err
+    code, doc, _ = run_json(capsys, "inspect", "--sass")
+    assert code == 1 and doc["listing"]["text"] is None and "nvdisasm" in doc["listing"]["error"]
+
+
+@pytest.mark.nvrtc
+def test_inspect_reports_bad_requests(capsys):
+    code, out, err = run(capsys, "inspect", "--axis", "2")
+    assert code == 2 and out == "" and "axis 2 is out of bounds" in err
+    code, out, err = run(capsys, "inspect", "--arch", "sm_1")
+    assert code == 2 and "arch must be" in err and "got 'sm_1'" in err
+
+
+@pytest.mark.nvrtc
+def test_module_entry_point_runs_in_a_fresh_process(cache):
+    env = dict(os.environ, CUPY_CACHE_DIR=str(cache.parent))
+    for argv in (["info", "--json"], ["inspect", "--no-source", "--json"], ["cache", "list", "--json"]):
+        done = subprocess.run([sys.executable, "-m", "cugather", *argv], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+    assert [e["entry"] for e in doc["entries"]] == sorted([ROWS.entry, CHECK.entry])
+
+
+# ---------------------------------------------------------------- gpu
+@pytest.mark.gpu
+def test_info_and_inspect_on_a_gpu(capsys):
+    import cupy
+
+    from cugather._compiler import arch_for_device
+
+    code, doc, _ = run_json(capsys, "info")
+    assert code == 0 and len(doc["gpus"]) == cupy.cuda.runtime.getDeviceCount()
+    g = doc["gpus"][0]
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    assert g["sms"] == props["multiProcessorCount"] and g["nvrtc_target"] == arch_for_device(0)
+    code, doc, _ = run_json(capsys, "inspect", "--no-source")
+    assert code == 0 and doc["arch"] == arch_for_device(0)
