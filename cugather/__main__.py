@@ -31,7 +31,8 @@ def main(argv=None) -> int:
             mod = importlib.import_module(module)
         except ImportError:  # a command whose module is not installed
             continue
-        getattr(mod, f"add_{name}_arguments", mod.add_arguments)(p)
+        adder = getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
+        adder(p)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["demo"] + argv
     args = parser.parse_args(argv)

@@ -36,13 +36,17 @@ class _KindSpec:
     function: str
     args_type: str
     headers: tuple
+    min_blocks: int = 1  # __launch_bounds__ minimum resident blocks (caps registers)
 
 
 _GATHER_HEADERS = ("common.cuh", "gather.cuh")
 KIND_SPECS = {
-    "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS),
+    # Minimum resident blocks cap registers (65536 / (256 * blocks)) where that
+    # costs no spills (checked by the NVRTC tier): more threads, more loads in flight.
+    "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS, 5),
+    "chunks": _KindSpec("gather.cu.j2", "gather_chunks", "GatherArgs", _GATHER_HEADERS),
     "scalar": _KindSpec("gather.cu.j2", "gather_scalar", "GatherArgs", _GATHER_HEADERS),
-    "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS),
+    "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS, 6),
     "elem": _KindSpec("gather.cu.j2", "gather_elem", "ElemArgs", _GATHER_HEADERS),
     "check": _KindSpec("gather.cu.j2", "check_indices", "CheckArgs", _GATHER_HEADERS),
 }
@@ -123,6 +127,7 @@ def render(key: KernelKey) -> Source:
         args_type=spec.args_type,
         args_size=ARGS_DTYPES[spec.args_type].itemsize,
         entry=key.entry,
+        min_blocks=spec.min_blocks,
         function=spec.function,
         template_args=_template_args(key),
     )

@@ -18,6 +18,14 @@ import numpy
 
 from . import _arrays
 from ._arrays import GATHER_MODES, TAKE_MODES, alignment, cupy_module
+
+_cp = None  # the cupy module once loaded (the cached path skips a function call)
+
+
+def _load_cupy():
+    global _cp
+    _cp = cupy_module()
+    return _cp
 from ._compiler import load_kernel
 from ._launch import BoundKernel, fill_words
 from ._plan import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
@@ -74,12 +82,15 @@ class _Device:
 class _Bound:
     """A cached plan with its kernels bound on one device."""
 
-    __slots__ = ("plan", "gather", "check", "out_shape", "copy_data")
+    __slots__ = ("plan", "gather", "check", "out_shape", "copy_data", "fast")
 
-    def __init__(self, plan: GatherPlan, gather, check):
+    def __init__(self, plan: GatherPlan, gather, check, contiguous_indices: bool):
         self.plan, self.gather, self.check = plan, gather, check
         self.out_shape = plan.out_shape
         self.copy_data = plan.copy_data
+        # fast: one launch and nothing else (no check, no copy, non-empty output)
+        self.fast = (gather is not None and check is None and not plan.copy_data
+                     and contiguous_indices)
 
 
 class GatherOp:
@@ -100,7 +111,7 @@ class GatherOp:
     fill_value : scalar
         Value written for out-of-range indices in ``"fill"`` mode.
     cache_size : int
-        Most per-shape plans kept (least recently used are dropped).
+        Most per-shape plans kept (the oldest are dropped first).
 
     Calling ``op(data, indices, out=None, stream=None)`` returns
     ``take(data, indices, axis)`` as a CuPy array on ``data``'s device.
@@ -127,6 +138,7 @@ class GatherOp:
         self._hits = self._misses = 0
         with _live_lock:
             _live_ops.add(self)
+        self._force = {}  # plan overrides (kind, math_name, max_grid) for tests and benchmarks
 
     def __repr__(self):
         return (f"GatherOp(axis={self.axis}, mode={self.mode!r}, fill_value={self.fill_value!r},"
@@ -168,9 +180,9 @@ class GatherOp:
     def _bind(self, key, data, indices, device: int, out_align: int) -> _Bound:
         if data.ndim == 0:
             raise ValueError("data must have at least one dimension, got a 0-d array")
-        plan = self._plan_for(Operand(data.shape, data.strides, data.itemsize, key[6]),
+        plan = self._plan_for(Operand(data.shape, data.strides, data.itemsize, key[7]),
                               indices.shape, indices.dtype.name, out_align,
-                              _device_limits(device))
+                              _device_limits(device), **self._force)
         fill = None
         if self._kernel_mode == "fill":
             pattern = _arrays.fill_bytes(self.fill_value, data.dtype)
@@ -197,40 +209,67 @@ class GatherOp:
             grid = (max(1, min(-(-plan.n_indices // 256), 4096)), 1, 1)
             check = BoundKernel(fn, "CheckArgs", dict(n=plan.n_indices, axis_len=plan.axis_len),
                                 grid, (256, 1, 1))
-        return _Bound(plan, gather, check)
+        contiguous_idx = indices.flags.c_contiguous
+        return _Bound(plan, gather, check, contiguous_idx)
 
     # ------------------------------------------------------------ call
     def __call__(self, data, indices, *, out=None, stream=None):
-        cp = cupy_module()
+        cp = _cp or _load_cupy()
         if type(data) is not cp.ndarray:
             data = _arrays.as_data(data)
-        device = data.data.device_id
+        mem = data.data
+        device = mem.device_id
         if (type(indices) is not cp.ndarray or indices.dtype not in _arrays.INDEX_DTYPES
-                or not indices.flags.c_contiguous or indices.data.device_id != device):
+                or indices.data.device_id != device):
             indices = _arrays.as_indices(indices, device, allow_bool=self._allow_bool)
-        out_align = 256 if out is None else alignment(out.data.ptr) if isinstance(
-            out, cp.ndarray) else 256
-        key = (device, data.shape, data.strides, data.dtype, indices.shape, indices.dtype,
-               alignment(data.data.ptr), out_align)
-        with self._lock:
-            bound = self._cache.get(key)
-            if bound is not None:
-                self._hits += 1
-                self._cache.move_to_end(key)
+        p = mem.ptr
+        key = (device, data.shape, data.strides, data.dtype, indices.shape, indices.strides,
+               indices.dtype, (p & 255 and p & -p) or 256)
+        if out is not None:
+            q = out.data.ptr if isinstance(out, cp.ndarray) else 0
+            key += ((q & 255 and q & -q) or 256,)
+        bound = self._cache.get(key)
         if bound is None:
-            bound = self._bind(key, data, indices, device, out_align)
-            with self._lock:
-                self._misses += 1
-                self._cache[key] = bound
-                if len(self._cache) > self._maxsize:
-                    self._cache.popitem(last=False)
+            bound = self._miss(key, data, indices, device)
+        else:
+            self._hits += 1  # unlocked: exact single-threaded, approximate under contention
+        rt = cp.cuda.runtime
+        if (bound.fast and rt.getDevice() == device
+                and device in getattr(_ready, "devices", ())):
+            # The cached path: allocate, launch.
+            if out is None:
+                out = cp.ndarray(bound.out_shape, data.dtype)
+            else:
+                _arrays.check_out(out, bound.out_shape, data.dtype, device,
+                                  {"data": data, "indices": indices})
+            bound.gather.launch(
+                (p, indices.data.ptr, out.data.ptr),
+                cp.cuda.get_current_stream().ptr if stream is None
+                else _arrays.stream_pointer(stream))
+            return out
+        return self._call_slow(bound, data, indices, out, stream, device)
+
+    def _miss(self, key, data, indices, device: int) -> _Bound:
+        out_align = key[8] if len(key) > 8 else 256
+        bound = self._bind(key, data, indices, device, out_align)
+        with self._lock:
+            self._misses += 1
+            self._cache[key] = bound
+            while len(self._cache) > self._maxsize:  # drop the oldest plan
+                self._cache.popitem(last=False)
+        return bound
+
+    def _call_slow(self, bound: _Bound, data, indices, out, stream, device: int):
+        """Everything but the cached fast path: copies, raise mode, device switch."""
+        cp = cupy_module()
         if bound.copy_data:
+            return self(_contiguous_copy(data, device), indices, out=out, stream=stream)
+        if not indices.flags.c_contiguous:
             with cp.cuda.Device(device):
-                data = data.copy(order="C")
-            return self(data, indices, out=out, stream=stream)
+                indices = cp.ascontiguousarray(indices)
         with _Device(device):
             if out is None:
-                out = cp.empty(bound.out_shape, data.dtype)
+                out = cp.ndarray(bound.out_shape, data.dtype)
             else:
                 _arrays.check_out(out, bound.out_shape, data.dtype, device,
                                   {"data": data, "indices": indices})
@@ -263,6 +302,30 @@ class GatherOp:
             raise IndexError(
                 f"index {value} is out of bounds for axis {plan.axis} with size {n} "
                 f"(at indices{list(where)}; valid range [{-n}, {n - 1}])")
+
+
+def _contiguous_copy(data, device: int):
+    """A fresh C-contiguous, 256-byte aligned copy of ``data``.
+
+    CuPy's own copy kernels assume element alignment, so an array whose
+    address or strides are not multiples of its item size is copied by a
+    gather along axis 0 with identity indices instead (units fit any layout).
+    """
+    cp = cupy_module()
+    isz = data.itemsize
+    aligned = data.data.ptr % isz == 0 and all(s % isz == 0 for s in data.strides)
+    with cp.cuda.Device(device):
+        if aligned:
+            return data.copy(order="C")
+        op = GatherOp.__new__(GatherOp)
+        op._init(0, "wrap", "wrap", 0, 4)
+        op._force = {"kind": "elem"}
+        plan = op.plan(data, (data.shape[:1], numpy.int64))
+        if plan.copy_data:
+            raise ValueError(f"data of shape {data.shape} with strides {data.strides} at an "
+                             f"address not aligned to its item size ({isz}) cannot be "
+                             f"gathered: make it contiguous first")
+        return op(data, cp.arange(data.shape[0], dtype=numpy.int64))
 
 
 def _operand(obj, argname: str):
@@ -300,10 +363,12 @@ def _clear_plan_caches() -> int:
 
 # ---------------------------------------------------------------- functions
 _ops: OrderedDict = OrderedDict()
+_GATHER_MODE_SET = frozenset(GATHER_MODES)
 _ops_lock = threading.Lock()
 
 
 def _fill_key(fill_value):
+    """A hashable stand-in for ``fill_value``."""
     try:
         hash(fill_value)
         return (type(fill_value), fill_value)
@@ -312,18 +377,21 @@ def _fill_key(fill_value):
 
 
 def _shared_op(axis, mode: str, kernel_mode: str, fill_value, allow_bool: bool) -> GatherOp:
-    key = (axis, mode, kernel_mode, _fill_key(fill_value), allow_bool)
-    with _ops_lock:
-        op = _ops.get(key)
-        if op is not None:
-            _ops.move_to_end(key)
-            return op
+    """The GatherOp the functions share for these settings (a bounded registry)."""
+    try:
+        key = (axis, type(axis), kernel_mode, allow_bool, type(fill_value), fill_value)
+        op = _ops.get(key)  # an unlocked read: the registry only grows under the lock
+    except TypeError:  # unhashable fill_value or axis: the op's own checks report it
+        key, op = None, None
+    if op is not None:
+        return op
     op = GatherOp.__new__(GatherOp)
     op._init(axis, mode, kernel_mode, fill_value, 256, allow_bool)
-    with _ops_lock:
-        op = _ops.setdefault(key, op)
-        if len(_ops) > 64:
-            _ops.popitem(last=False)
+    if key is not None:
+        with _ops_lock:
+            op = _ops.setdefault(key, op)
+            if len(_ops) > 64:
+                _ops.popitem(last=False)
     return op
 
 
@@ -362,7 +430,8 @@ def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise", fill_
         In ``"raise"`` mode, naming the first bad index, its position and the
         valid range; nothing is written.
     """
-    _arrays.check_mode(mode, GATHER_MODES)
+    if type(mode) is not str or mode not in _GATHER_MODE_SET:
+        _arrays.check_mode(mode, GATHER_MODES)
     return _shared_op(axis, mode, mode, fill_value, False)(data, indices, out=out, stream=stream)
 
 

@@ -18,7 +18,7 @@ __all__ = [
 
 #: Kernel kinds of the gather family (see kernels/gather.cuh) and the
 #: bounds check that raise mode runs first.
-KINDS = ("rows", "scalar", "inner", "elem", "check")
+KINDS = ("rows", "chunks", "scalar", "inner", "elem", "check")
 #: Bytes moved per load/store.
 UNITS = (1, 2, 4, 8, 16)
 INDEX_DTYPES = ("int32", "int64")
@@ -32,6 +32,7 @@ KERNEL_MODES = ("raise", "wrap", "clip", "clip_numpy", "fill")
 # fallback only, as the reference fast_divmod is measured against.
 _KIND_MATHS = {
     "rows": ("fast32", "fast64"),
+    "chunks": ("fast32", "fast64"),
     "scalar": ("fast32", "fast64"),
     "inner": ("fast32", "fast64"),
     "elem": ("fast32", "fast64", "div64"),

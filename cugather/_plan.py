@@ -21,8 +21,8 @@ __all__ = ["Operand", "DeviceLimits", "GatherPlan", "plan_gather", "normalize_ax
 
 MAX_THREADS = 256          # CG_MAX_THREADS
 SCALAR_ILP = 4             # CG_SCALAR_ILP
-INNER_PICKS = 8            # CG_INNER_PICKS
-ROWS_LOADS = 4             # units in flight per thread in the rows kernel (CU * RU)
+ROWS_NARROW = 4            # CG_ROWS_NARROW: rows per thread for units of 4 bytes or less
+ROWS_LOADS = 4             # units in flight per thread in a (CU, RU) row tile
 GRID_X_MAX = (1 << 31) - 1
 GRID_YZ_MAX = 65535
 
@@ -190,6 +190,23 @@ def _rows_tiling(units: int):
     return (tx, ty, 1), cu, ROWS_LOADS // cu, _cdiv(units, tx * cu)
 
 
+def _row_split(kind: str, units: int, unit: int):
+    """(block, rows per thread, units per thread, chunks per row) of kernels/gather.cuh.
+
+    rows: TX = units threads per row (at most 256) and 256 // TX rows per
+    block; each thread takes RU rows.  chunks: 4 units per thread, up to 256
+    threads per row chunk, chunks over blockIdx.y.
+    """
+    if kind == "rows":
+        tx = min(units, MAX_THREADS)
+        ru, cu = (4 if unit >= 8 else ROWS_NARROW), 1
+    else:
+        tx = min(MAX_THREADS, _cdiv(_cdiv(units, 4), 32) * 32)
+        ru, cu = 1, 4
+    ty = max(1, MAX_THREADS // tx)
+    return (tx, ty, 1), ru, cu, _cdiv(units, tx * cu)
+
+
 def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int, mode: str,
                 *, out_align: int = 256, limits: DeviceLimits = DeviceLimits(),
                 kind: Optional[str] = None, math_name: Optional[str] = None,
@@ -209,6 +226,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if math.prod(out_shape) == 0:
         return GatherPlan(None, check, **base)
     grid_cap = max_grid or GRID_X_MAX
+    forced = kind is not None
 
     outer = _collapse(list(zip(data.shape[:axis], data.strides[:axis])))
     inner = _collapse(list(zip(data.shape[axis + 1:], data.strides[axis + 1:]))
@@ -219,7 +237,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     contiguous_row = len(inner) == 1 and inner[0][1] == 1 and len(outer) <= 1
     if kind is None:
         kind = "rows" if contiguous_row else "elem"
-    if kind in ("rows", "scalar", "inner") and not contiguous_row:
+    if kind in ("rows", "chunks", "scalar", "inner") and not contiguous_row:
         raise ValueError(f"kernel kind {kind!r} needs contiguous rows and one outer stride")
 
     if kind == "elem":
@@ -230,10 +248,13 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     n_outer, s_outer = outer[0] if outer else (1, 0)
     unit = unit_for(row_bytes, data.align, out_align, s_outer, s_axis)
     units = row_bytes // unit
-    if kind == "rows" and units == 1:
-        stage = units == 1 and s_axis in (0, row_bytes) and axis_len * row_bytes <= limits.max_shared_mem
+    if kind == "rows" and units == 1 and not forced:
+        stage = s_axis in (0, row_bytes) and axis_len * row_bytes <= limits.max_shared_mem
+        # Staging reads the whole row; direct picks cost a 32-byte sector each.
         picks_pay = n_idx * max(32, row_bytes) >= axis_len * row_bytes
         kind = "inner" if stage and picks_pay else "scalar"
+    elif kind == "rows" and units > MAX_THREADS and not forced:
+        kind = "chunks"
     if kind in ("scalar", "inner") and units != 1:
         raise ValueError(f"kernel kind {kind!r} needs rows of one unit; rows here are {units} units")
     if kind == "inner" and axis_len * row_bytes > limits.max_shared_mem:
@@ -243,22 +264,25 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     mname = _math_for(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
                   n_indices=n_idx, outer=n_outer, n_div=_divisor(n_idx, mname),
-                  tile_cu=1, tile_ru=1, stage_unit=0)
+                  chunk=0, stage_unit=0)
     shared = 0
-    if kind == "rows":
-        block, cu, ru, chunks = _rows_tiling(units)
-        fields.update(tile_cu=cu, tile_ru=ru)
+    if kind in ("rows", "chunks"):
+        block, ru, cu, chunks = _row_split(kind, units, unit)
         grid = (min(_cdiv(rows, block[1] * ru), grid_cap), min(chunks, max_grid or GRID_YZ_MAX), 1)
-        reason = f"{units} units of {unit} B per row, {block[1] * ru} row(s) per block tile"
+        reason = (f"{units} units of {unit} B per row; block {block[0]}x{block[1]}, "
+                  f"{ru} row(s) x {cu} unit(s) per thread, {chunks} chunk(s) per row")
     elif kind == "scalar":
         block = (MAX_THREADS, 1, 1)
         grid = (min(_cdiv(rows, MAX_THREADS * SCALAR_ILP), grid_cap), 1, 1)
         reason = f"one {unit} B unit per row, {SCALAR_ILP} loads in flight per thread"
     else:
         block = (MAX_THREADS, 1, 1)
-        chunks = _cdiv(n_idx, MAX_THREADS * INNER_PICKS)
-        ycap = min(GRID_YZ_MAX, max_grid or GRID_YZ_MAX, max(1, limits.sm_count * 16 // chunks))
-        grid = (min(chunks, grid_cap), min(n_outer, ycap), 1)
+        # Enough blocks to fill the GPU when there are few outer rows; every
+        # chunk of a row stages that row again (from L2: its blocks are adjacent).
+        chunks = max(1, min(_cdiv(n_idx, MAX_THREADS), _cdiv(4 * limits.sm_count, n_outer)))
+        chunk = _cdiv(_cdiv(n_idx, chunks), MAX_THREADS) * MAX_THREADS
+        fields["chunk"] = chunk
+        grid = (min(_cdiv(n_idx, chunk), grid_cap), min(n_outer, GRID_YZ_MAX, max_grid or GRID_YZ_MAX), 1)
         shared = _cdiv(axis_len * row_bytes, 16) * 16
         fields["stage_unit"] = unit_for(data.align, s_outer, axis_len * row_bytes)
         reason = f"axis row of {axis_len * row_bytes} B staged in shared memory"

@@ -138,7 +138,7 @@ __device__ __forceinline__ U fill_unit(const u64 (&fill)[2])
 // NumPy dtypes; every rendered source asserts the offsets.
 // ---------------------------------------------------------------------------
 
-// rows, scalar and inner kernels: data viewed as (outer, axis_len, row) with a
+// rows, chunks, scalar and inner kernels: data viewed as (outer, axis_len, row) with a
 // contiguous row of `units` units, output as (outer * n_indices, row).
 struct GatherArgs {
     const char* data;
@@ -152,10 +152,8 @@ struct GatherArgs {
     u64 n_indices;
     u64 outer;
     Divisor n_div;   // n_indices, splits an output row into (outer, index position)
-    u32 tile_cu;     // rows kernel: units per thread along a row
-    u32 tile_ru;     // rows kernel: rows per thread
+    u32 chunk;       // inner kernel: indices per block
     u32 stage_unit;  // inner kernel: bytes per staging load
-    u32 pad;
     u64 fill[2];
 };
 

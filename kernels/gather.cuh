@@ -12,18 +12,22 @@
 #ifndef CG_SCALAR_ILP
 #define CG_SCALAR_ILP 4
 #endif
-#ifndef CG_INNER_PICKS
-#define CG_INNER_PICKS 8
+#ifndef CG_ROWS_NARROW
+#define CG_ROWS_NARROW 4
 #endif
 
 namespace cg {
 
 // ---------------------------------------------------------------------------
-// rows: rows of two units or more.  A block is a (TX, TY) grid of threads;
-// each thread moves CU units of RU rows (CU * RU = 4 loads in flight).  Small
-// rows put several rows in a block (TX = units), large rows spread one row
-// over blockIdx.y chunks.  A row's index and source address are resolved once
-// per thread and reused for all its units.
+// rows and chunks: rows of two units or more, as a (TX, TY) thread block in
+// which each thread moves CU units of RU rows (RU * CU loads in flight).
+//   rows   (short rows, up to 256 units): TX = units, so a block holds
+//          256 / units rows; CU = 1 and RU = 4 (CG_ROWS_NARROW for units of
+//          4 bytes or less).
+//   chunks (long rows): one row per block row, CU = 4 units per thread, and
+//          the row split into chunks over blockIdx.y: a 2-D (row x chunk) grid.
+// A row's index and source address are resolved once per thread and reused
+// for all its units; its destination is recomputed (fewer live registers).
 // ---------------------------------------------------------------------------
 template <class U, class Idx, class M, int MODE, int CU, int RU>
 __device__ __forceinline__ void rows_tile(const GatherArgs& a)
@@ -38,25 +42,21 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
     const Idx* idx = (const Idx*)a.indices;
     const U fillv = fill_unit<U>(a.fill);
 
-    for (Ix rt = (Ix)blockIdx.x * row_tile; rt < rows; rt += (Ix)gridDim.x * row_tile) {
+    for (Ix rt = (Ix)blockIdx.x * row_tile + (Ix)threadIdx.y; rt < rows;
+         rt += (Ix)gridDim.x * row_tile) {
+        // Source of each of this thread's rows (null: takes the fill value).
+        // Destinations are recomputed from the row number: fewer live registers.
         const U* src[RU];
-        U* dst[RU];
-        bool live[RU];
-        bool keep[RU];
 #pragma unroll
         for (int kr = 0; kr < RU; ++kr) {
-            const Ix row = rt + (Ix)kr * ty + (Ix)threadIdx.y;
-            live[kr] = row < rows;
-            keep[kr] = false;
+            const Ix row = rt + (Ix)kr * ty;
             src[kr] = 0;
-            dst[kr] = 0;
-            if (live[kr]) {
+            if (row < rows) {
                 Ix o, n;
                 divmod<M>(a.n_div, row, o, n);
                 i64 i = load_index(idx + n);
-                keep[kr] = resolve<MODE>(i, a.axis_len);
-                src[kr] = (const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis);
-                dst[kr] = (U*)a.out + (u64)row * (u64)units;
+                if (resolve<MODE>(i, a.axis_len))
+                    src[kr] = (const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis);
             }
         }
         for (Ix ut = (Ix)blockIdx.y * unit_tile + (Ix)threadIdx.x; ut < units;
@@ -67,15 +67,17 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
 #pragma unroll
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
-                    if (live[kr] && u < units) v[kr][kc] = keep[kr] ? __ldg(src[kr] + u) : fillv;
+                    if (rt + (Ix)kr * ty < rows && u < units)
+                        v[kr][kc] = (MODE != MODE_FILL || src[kr]) ? __ldg(src[kr] + u) : fillv;
                 }
             }
 #pragma unroll
             for (int kr = 0; kr < RU; ++kr) {
+                U* dst = (U*)a.out + (u64)(rt + (Ix)kr * ty) * (u64)units;
 #pragma unroll
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
-                    if (live[kr] && u < units) dst[kr][u] = v[kr][kc];
+                    if (rt + (Ix)kr * ty < rows && u < units) dst[u] = v[kr][kc];
                 }
             }
         }
@@ -85,10 +87,13 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_rows(const GatherArgs& a)
 {
-    // The split is uniform across the grid, so the branch never diverges.
-    if (a.tile_cu == 4) rows_tile<U, Idx, M, MODE, 4, 1>(a);
-    else if (a.tile_cu == 2) rows_tile<U, Idx, M, MODE, 2, 2>(a);
-    else rows_tile<U, Idx, M, MODE, 1, 4>(a);
+    rows_tile<U, Idx, M, MODE, 1, (sizeof(U) >= 8 ? 4 : CG_ROWS_NARROW)>(a);
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_chunks(const GatherArgs& a)
+{
+    rows_tile<U, Idx, M, MODE, 4, 1>(a);
 }
 
 // ---------------------------------------------------------------------------
@@ -139,19 +144,35 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 }
 
 // ---------------------------------------------------------------------------
-// inner: the gather axis is the last one (or the row is a single unit) and a
-// whole data row fits in shared memory.  Each block stages a row once with
-// wide coalesced loads, then every thread picks CG_INNER_PICKS elements from
-// it and writes them coalesced.  A thread resolves its indices once and keeps
-// them in registers while the block walks over outer rows (blockIdx.y).
+// inner: rows of one unit whose whole axis fits in shared memory (the gather
+// axis is the last one, or the inner block is one tiny unit).  A block stages
+// an outer row once with wide coalesced loads, then picks its chunk of the
+// indices from shared memory and writes them coalesced.  blockIdx.x walks
+// chunks of the indices (adjacent blocks share a row, which stays in L2),
+// blockIdx.y walks outer rows.
 // ---------------------------------------------------------------------------
+#ifndef CG_STAGE_ILP
+#define CG_STAGE_ILP 4
+#endif
+
+// Copy a row into shared memory with CG_STAGE_ILP loads in flight per thread
+// before the first store (a plain strided loop waits on each load in turn).
 template <class S>
 __device__ __forceinline__ void stage_row(const char* row, unsigned char* stage, u64 bytes)
 {
     const S* s = (const S*)row;
     S* d = (S*)stage;
     const u64 n = bytes / sizeof(S);
-    for (u64 j = threadIdx.x; j < n; j += blockDim.x) d[j] = __ldg(s + j);
+    const u64 bs = blockDim.x;
+    u64 j = threadIdx.x;
+    for (; j + (CG_STAGE_ILP - 1) * bs < n; j += CG_STAGE_ILP * bs) {
+        S v[CG_STAGE_ILP];
+#pragma unroll
+        for (int k = 0; k < CG_STAGE_ILP; ++k) v[k] = __ldg(s + j + k * bs);
+#pragma unroll
+        for (int k = 0; k < CG_STAGE_ILP; ++k) d[j + k * bs] = v[k];
+    }
+    for (; j < n; j += bs) d[j] = __ldg(s + j);
 }
 
 template <class U, class Idx, class M, int MODE>
@@ -165,19 +186,9 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
     const Idx* idx = (const Idx*)a.indices;
     const U fillv = fill_unit<U>(a.fill);
     const u64 row_bytes = (u64)a.axis_len * sizeof(U);
+    const Ix first = (Ix)blockIdx.x * (Ix)a.chunk;
+    const Ix last = (n_idx - first < (Ix)a.chunk) ? n_idx : first + (Ix)a.chunk;
 
-    // pick[k] >= 0: position in the staged row; -1: fill; -2: past the end.
-    int pick[CG_INNER_PICKS];
-    const Ix first = (Ix)blockIdx.x * (Ix)(blockDim.x * CG_INNER_PICKS) + (Ix)threadIdx.x;
-#pragma unroll
-    for (int k = 0; k < CG_INNER_PICKS; ++k) {
-        const Ix n = first + (Ix)k * blockDim.x;
-        pick[k] = -2;
-        if (n < n_idx) {
-            i64 i = load_index(idx + n);
-            pick[k] = resolve<MODE>(i, a.axis_len) ? (int)i : -1;
-        }
-    }
     for (Ix o = blockIdx.y; o < outer; o += gridDim.y) {
         const char* row = a.data + (i64)o * a.s_outer;
         switch (a.stage_unit) {
@@ -189,11 +200,10 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
         }
         __syncthreads();
         U* dst = (U*)a.out + (u64)o * (u64)n_idx;
-#pragma unroll
-        for (int k = 0; k < CG_INNER_PICKS; ++k) {
-            const Ix n = first + (Ix)k * blockDim.x;
-            if (pick[k] >= 0) dst[n] = staged[pick[k]];
-            else if (pick[k] == -1) dst[n] = fillv;
+#pragma unroll 4
+        for (Ix n = first + (Ix)threadIdx.x; n < last; n += blockDim.x) {
+            i64 i = load_index(idx + n);
+            dst[n] = resolve<MODE>(i, a.axis_len) ? staged[i] : fillv;
         }
         __syncthreads();
     }

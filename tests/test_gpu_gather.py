@@ -119,11 +119,17 @@ def test_misaligned_bytes():
 
 def test_misaligned_complex_fill():
     """A complex128 view at an 8-byte offset: the fill value keeps both halves."""
+    host = (np.arange(11) + 1j).astype(np.complex128)
     raw = cp.zeros(16 * 11 + 8, dtype=cp.uint8)
-    data = raw[8:].view(cp.complex128).reshape(11)
-    data[...] = cp.arange(11) + 1j
-    got = cugather.gather(data, cp.asarray([0, 20, -1]), mode="fill", fill_value=3 - 4j)
+    raw[8:] = cp.asarray(host.view(np.uint8))  # CuPy's own kernels need aligned complex
+    data = raw[8:].view(cp.complex128)
+    assert data.data.ptr % 16 == 8
+    op = cugather.GatherOp(0, mode="fill", fill_value=3 - 4j)
+    assert op.plan(data, [0]).key.unit == 8
+    got = op(data, cp.asarray([0, 20, -1]))
     assert got.get().tolist() == [1j, 3 - 4j, 10 + 1j]
+    wrap = cugather.gather(data, cp.asarray([1, -12]), mode="wrap")  # no copy: 8-byte units
+    assert wrap.get().tolist() == [1 + 1j, 10 + 1j]
 
 
 def test_scalar_and_empty_indices():

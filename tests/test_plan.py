@@ -19,6 +19,7 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
 
 @pytest.mark.parametrize("shape,dtype,axis,n_idx,kind,unit", [
     ((50000, 512), "f4", 0, 76800, "rows", 16),
+    ((65536, 4096), "f2", 0, 16384, "chunks", 16),
     ((1000000, 16), "f4", 0, 4000000, "rows", 16),
     ((10000000, 3), "f2", 0, 20000000, "rows", 2),
     ((1000000, 100), "u1", 0, 1000000, "rows", 4),
@@ -35,18 +36,22 @@ def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
     assert p.out_shape == shape[:axis] + (n_idx,) + shape[axis + 1:]
 
 
-def test_rows_tiling_covers_rows_and_units():
-    for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 4096, 100000):
+def test_row_kernels_cover_rows_and_units():
+    from cugather._plan import _row_split
+
+    for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 1024, 1025, 4096, 100000):
         p = plan_of(((40, cols), "f4"), (7,))
-        if p.key.kind != "rows":
-            assert p.fields["units"] == 1
-            continue
         f = p.fields
+        if p.key.kind not in ("rows", "chunks"):
+            assert f["units"] == 1
+            continue
+        assert p.key.kind == ("rows" if f["units"] <= 256 else "chunks"), cols
+        block, ru, cu, chunks = _row_split(p.key.kind, f["units"], p.key.unit)
         tx, ty, _ = p.block
-        assert tx * ty <= 256
-        assert f["tile_cu"] * f["tile_ru"] == 4
-        assert p.grid[0] * ty * f["tile_ru"] >= f["rows"]
-        assert p.grid[1] * tx * f["tile_cu"] >= f["units"]
+        assert (tx, ty) == block[:2] and tx * ty <= 256
+        assert ru * cu in (4, 8)
+        assert p.grid[0] * ty * ru >= f["rows"]
+        assert p.grid[1] * tx * cu >= f["units"]
         assert f["units"] * p.key.unit == cols * 4
 
 
