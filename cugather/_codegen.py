@@ -36,17 +36,18 @@ class _KindSpec:
     function: str
     args_type: str
     headers: tuple
-    min_blocks: int = 1  # __launch_bounds__ minimum resident blocks (caps registers)
+    min_blocks: object = 1  # __launch_bounds__ minimum resident blocks: int or f(key)
 
 
 _GATHER_HEADERS = ("common.cuh", "gather.cuh")
 KIND_SPECS = {
     # Minimum resident blocks cap registers (65536 / (256 * blocks)) where that
     # costs no spills (checked by the NVRTC tier): more threads, more loads in flight.
-    "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS, 5),
+    "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS,
+                      lambda key: 2 if key.math != "fast32" else {16: 5, 1: 3}.get(key.unit, 4)),
     "chunks": _KindSpec("gather.cu.j2", "gather_chunks", "GatherArgs", _GATHER_HEADERS),
     "scalar": _KindSpec("gather.cu.j2", "gather_scalar", "GatherArgs", _GATHER_HEADERS),
-    "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS, 6),
+    "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS, 4),
     "elem": _KindSpec("gather.cu.j2", "gather_elem", "ElemArgs", _GATHER_HEADERS),
     "check": _KindSpec("gather.cu.j2", "check_indices", "CheckArgs", _GATHER_HEADERS),
 }
@@ -127,7 +128,7 @@ def render(key: KernelKey) -> Source:
         args_type=spec.args_type,
         args_size=ARGS_DTYPES[spec.args_type].itemsize,
         entry=key.entry,
-        min_blocks=spec.min_blocks,
+        min_blocks=spec.min_blocks(key) if callable(spec.min_blocks) else spec.min_blocks,
         function=spec.function,
         template_args=_template_args(key),
     )

@@ -21,7 +21,6 @@ __all__ = ["Operand", "DeviceLimits", "GatherPlan", "plan_gather", "normalize_ax
 
 MAX_THREADS = 256          # CG_MAX_THREADS
 SCALAR_ILP = 4             # CG_SCALAR_ILP
-ROWS_NARROW = 4            # CG_ROWS_NARROW: rows per thread for units of 4 bytes or less
 ROWS_LOADS = 4             # units in flight per thread in a (CU, RU) row tile
 GRID_X_MAX = (1 << 31) - 1
 GRID_YZ_MAX = 65535
@@ -190,16 +189,23 @@ def _rows_tiling(units: int):
     return (tx, ty, 1), cu, ROWS_LOADS // cu, _cdiv(units, tx * cu)
 
 
+def _rows_cu(unit: int) -> int:
+    """Units per thread per row in the rows kernel (its CU template argument)."""
+    return 16 // unit if unit >= 4 else 4
+
+
 def _row_split(kind: str, units: int, unit: int):
     """(block, rows per thread, units per thread, chunks per row) of kernels/gather.cuh.
 
-    rows: TX = units threads per row (at most 256) and 256 // TX rows per
-    block; each thread takes RU rows.  chunks: 4 units per thread, up to 256
-    threads per row chunk, chunks over blockIdx.y.
+    rows: each thread moves CU units (16 bytes, 4 units for 1- and 2-byte
+    units) of 4 rows; TX = ceil(units / CU) threads per row (at most 256),
+    256 // TX rows per block.
+    chunks: 4 units per thread, up to 256 threads per row chunk, chunks over
+    blockIdx.y.
     """
     if kind == "rows":
-        tx = min(units, MAX_THREADS)
-        ru, cu = (4 if unit >= 8 else ROWS_NARROW), 1
+        ru, cu = 4, _rows_cu(unit)
+        tx = min(_cdiv(units, cu), MAX_THREADS)
     else:
         tx = min(MAX_THREADS, _cdiv(_cdiv(units, 4), 32) * 32)
         ru, cu = 1, 4
@@ -253,7 +259,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         # Staging reads the whole row; direct picks cost a 32-byte sector each.
         picks_pay = n_idx * max(32, row_bytes) >= axis_len * row_bytes
         kind = "inner" if stage and picks_pay else "scalar"
-    elif kind == "rows" and units > MAX_THREADS and not forced:
+    elif kind == "rows" and units > MAX_THREADS * _rows_cu(unit) and not forced:
         kind = "chunks"
     if kind in ("scalar", "inner") and units != 1:
         raise ValueError(f"kernel kind {kind!r} needs rows of one unit; rows here are {units} units")

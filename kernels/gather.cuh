@@ -12,18 +12,15 @@
 #ifndef CG_SCALAR_ILP
 #define CG_SCALAR_ILP 4
 #endif
-#ifndef CG_ROWS_NARROW
-#define CG_ROWS_NARROW 4
-#endif
 
 namespace cg {
 
 // ---------------------------------------------------------------------------
 // rows and chunks: rows of two units or more, as a (TX, TY) thread block in
 // which each thread moves CU units of RU rows (RU * CU loads in flight).
-//   rows   (short rows, up to 256 units): TX = units, so a block holds
-//          256 / units rows; CU = 1 and RU = 4 (CG_ROWS_NARROW for units of
-//          4 bytes or less).
+//   rows   (short rows): CU = 16 / sizeof(U) units per thread per row (16
+//          bytes whatever the unit) and RU = 4 rows per thread; TX =
+//          ceil(units / CU) threads per row, so a block holds 256 / TX rows.
 //   chunks (long rows): one row per block row, CU = 4 units per thread, and
 //          the row split into chunks over blockIdx.y: a 2-D (row x chunk) grid.
 // A row's index and source address are resolved once per thread and reused
@@ -87,7 +84,7 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_rows(const GatherArgs& a)
 {
-    rows_tile<U, Idx, M, MODE, 1, (sizeof(U) >= 8 ? 4 : CG_ROWS_NARROW)>(a);
+    rows_tile<U, Idx, M, MODE, (sizeof(U) >= 4 ? 16 / sizeof(U) : 4), 4>(a);
 }
 
 template <class U, class Idx, class M, int MODE>
@@ -152,7 +149,7 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 // blockIdx.y walks outer rows.
 // ---------------------------------------------------------------------------
 #ifndef CG_STAGE_ILP
-#define CG_STAGE_ILP 4
+#define CG_STAGE_ILP 8
 #endif
 
 // Copy a row into shared memory with CG_STAGE_ILP loads in flight per thread

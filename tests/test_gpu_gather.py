@@ -45,7 +45,7 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "scalar", "inner", "elem"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "elem"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):

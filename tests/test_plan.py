@@ -37,7 +37,7 @@ def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
 
 
 def test_row_kernels_cover_rows_and_units():
-    from cugather._plan import _row_split
+    from cugather._plan import _row_split, _rows_cu as cu_rows
 
     for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 1024, 1025, 4096, 100000):
         p = plan_of(((40, cols), "f4"), (7,))
@@ -45,11 +45,11 @@ def test_row_kernels_cover_rows_and_units():
         if p.key.kind not in ("rows", "chunks"):
             assert f["units"] == 1
             continue
-        assert p.key.kind == ("rows" if f["units"] <= 256 else "chunks"), cols
+        assert p.key.kind == ("rows" if f["units"] <= 256 * cu_rows(p.key.unit) else "chunks"), cols
         block, ru, cu, chunks = _row_split(p.key.kind, f["units"], p.key.unit)
         tx, ty, _ = p.block
         assert (tx, ty) == block[:2] and tx * ty <= 256
-        assert ru * cu in (4, 8)
+        assert (ru, cu) == ((4, cu_rows(p.key.unit)) if p.key.kind == "rows" else (1, 4))
         assert p.grid[0] * ty * ru >= f["rows"]
         assert p.grid[1] * tx * cu >= f["units"]
         assert f["units"] * p.key.unit == cols * 4
