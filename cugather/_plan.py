@@ -191,15 +191,25 @@ def _rows_tiling(units: int):
 
 def _rows_cu(unit: int) -> int:
     """Units per thread per row in the rows kernel (its CU template argument)."""
-    return 16 // unit if unit >= 4 else 4
+    return 16 // unit if unit >= 8 else 1
+
+
+def _row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits) -> int:
+    """Rows per thread for the rows kernel: 4, unless that leaves fewer than
+    about 8 waves of blocks, where a partly idle last wave costs more than
+    the extra loads in flight gain (fewer rows per thread, more blocks)."""
+    for ru in (4, 2):
+        if _cdiv(rows, rows_per_block_row * ru) * chunks >= 8 * 4 * limits.sm_count:
+            return ru
+    return 1
 
 
 def _row_split(kind: str, units: int, unit: int):
     """(block, rows per thread, units per thread, chunks per row) of kernels/gather.cuh.
 
-    rows: each thread moves CU units (16 bytes, 4 units for 1- and 2-byte
-    units) of 4 rows; TX = ceil(units / CU) threads per row (at most 256),
-    256 // TX rows per block.
+    rows: each thread moves CU units (16 bytes of 8- and 16-byte units, else
+    one unit) of up to 4 rows; TX = ceil(units / CU) threads per row (at
+    most 256), 256 // TX rows per block.
     chunks: 4 units per thread, up to 256 threads per row chunk, chunks over
     blockIdx.y.
     """
@@ -216,7 +226,7 @@ def _row_split(kind: str, units: int, unit: int):
 def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int, mode: str,
                 *, out_align: int = 256, limits: DeviceLimits = DeviceLimits(),
                 kind: Optional[str] = None, math_name: Optional[str] = None,
-                max_grid: Optional[int] = None) -> GatherPlan:
+                max_grid: Optional[int] = None, row_unroll: Optional[int] = None) -> GatherPlan:
     """Plan ``out = take(data, indices, axis)`` with kernel mode ``mode``.
 
     ``axis`` must already be normalised.  ``kind``, ``math_name`` and
@@ -270,10 +280,13 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     mname = _math_for(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
                   n_indices=n_idx, outer=n_outer, n_div=_divisor(n_idx, mname),
-                  chunk=0, stage_unit=0)
+                  chunk=0, stage_unit=0, row_unroll=1)
     shared = 0
     if kind in ("rows", "chunks"):
         block, ru, cu, chunks = _row_split(kind, units, unit)
+        if kind == "rows":
+            ru = row_unroll or _row_unroll(rows, block[1], chunks, limits)
+            fields["row_unroll"] = ru
         grid = (min(_cdiv(rows, block[1] * ru), grid_cap), min(chunks, max_grid or GRID_YZ_MAX), 1)
         reason = (f"{units} units of {unit} B per row; block {block[0]}x{block[1]}, "
                   f"{ru} row(s) x {cu} unit(s) per thread, {chunks} chunk(s) per row")

@@ -22,6 +22,17 @@
 #define CG_MAX_THREADS 256
 #endif
 
+// Blocks of CG_MAX_THREADS an SM can hold: a __launch_bounds__ minimum above
+// that is ignored with a warning (Turing holds 1024 threads, Ampere consumer
+// parts and Ada 1536, A100 and Hopper 2048).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+#define CG_BLOCKS_PER_SM (1024 / CG_MAX_THREADS)
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+#define CG_BLOCKS_PER_SM (1536 / CG_MAX_THREADS)
+#else
+#define CG_BLOCKS_PER_SM (2048 / CG_MAX_THREADS)
+#endif
+
 namespace cg {
 
 typedef long long i64;
@@ -154,6 +165,8 @@ struct GatherArgs {
     Divisor n_div;   // n_indices, splits an output row into (outer, index position)
     u32 chunk;       // inner kernel: indices per block
     u32 stage_unit;  // inner kernel: bytes per staging load
+    u32 row_unroll;  // rows kernel: rows per thread, 1 .. its compile-time maximum
+    u32 pad;
     u64 fill[2];
 };
 

@@ -18,23 +18,25 @@ namespace cg {
 // ---------------------------------------------------------------------------
 // rows and chunks: rows of two units or more, as a (TX, TY) thread block in
 // which each thread moves CU units of RU rows (RU * CU loads in flight).
-//   rows   (short rows): CU = 16 / sizeof(U) units per thread per row (16
-//          bytes whatever the unit) and RU = 4 rows per thread; TX =
-//          ceil(units / CU) threads per row, so a block holds 256 / TX rows.
+//   rows   (short rows): CU = 16 / sizeof(U) units per thread per row for
+//          8- and 16-byte units, 1 for narrower ones (those gain more from
+//          extra resident threads than from extra registers), and up to RU = 4
+//          rows per thread (fewer on small problems, to even out the waves);
+//          TX = ceil(units / CU) threads per row, a block holds 256 / TX rows.
 //   chunks (long rows): one row per block row, CU = 4 units per thread, and
 //          the row split into chunks over blockIdx.y: a 2-D (row x chunk) grid.
 // A row's index and source address are resolved once per thread and reused
 // for all its units; its destination is recomputed (fewer live registers).
 // ---------------------------------------------------------------------------
 template <class U, class Idx, class M, int MODE, int CU, int RU>
-__device__ __forceinline__ void rows_tile(const GatherArgs& a)
+__device__ __forceinline__ void rows_tile(const GatherArgs& a, const int ru)
 {
     typedef typename M::Ix Ix;
     const Ix rows = (Ix)a.rows;
     const Ix units = (Ix)a.units;
     const Ix tx = (Ix)blockDim.x;
     const Ix ty = (Ix)blockDim.y;
-    const Ix row_tile = ty * RU;
+    const Ix row_tile = ty * (Ix)ru;
     const Ix unit_tile = tx * CU;
     const Idx* idx = (const Idx*)a.indices;
     const U fillv = fill_unit<U>(a.fill);
@@ -44,11 +46,13 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
         // Source of each of this thread's rows (null: takes the fill value).
         // Destinations are recomputed from the row number: fewer live registers.
         const U* src[RU];
+        bool live[RU];
 #pragma unroll
         for (int kr = 0; kr < RU; ++kr) {
             const Ix row = rt + (Ix)kr * ty;
+            live[kr] = kr < ru && row < rows;
             src[kr] = 0;
-            if (row < rows) {
+            if (live[kr]) {
                 Ix o, n;
                 divmod<M>(a.n_div, row, o, n);
                 i64 i = load_index(idx + n);
@@ -64,7 +68,7 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
 #pragma unroll
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
-                    if (rt + (Ix)kr * ty < rows && u < units)
+                    if (live[kr] && u < units)
                         v[kr][kc] = (MODE != MODE_FILL || src[kr]) ? __ldg(src[kr] + u) : fillv;
                 }
             }
@@ -74,7 +78,7 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
 #pragma unroll
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
-                    if (rt + (Ix)kr * ty < rows && u < units) dst[u] = v[kr][kc];
+                    if (live[kr] && u < units) dst[u] = v[kr][kc];
                 }
             }
         }
@@ -84,13 +88,13 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a)
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_rows(const GatherArgs& a)
 {
-    rows_tile<U, Idx, M, MODE, (sizeof(U) >= 4 ? 16 / sizeof(U) : 4), 4>(a);
+    rows_tile<U, Idx, M, MODE, (sizeof(U) >= 8 ? 16 / sizeof(U) : 1), 4>(a, (int)a.row_unroll);
 }
 
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_chunks(const GatherArgs& a)
 {
-    rows_tile<U, Idx, M, MODE, 4, 1>(a);
+    rows_tile<U, Idx, M, MODE, 4, 1>(a, 1);
 }
 
 // ---------------------------------------------------------------------------

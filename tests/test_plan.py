@@ -50,9 +50,22 @@ def test_row_kernels_cover_rows_and_units():
         tx, ty, _ = p.block
         assert (tx, ty) == block[:2] and tx * ty <= 256
         assert (ru, cu) == ((4, cu_rows(p.key.unit)) if p.key.kind == "rows" else (1, 4))
+        if p.key.kind == "rows":
+            ru = f["row_unroll"]
+            assert ru in (1, 2, 4)
         assert p.grid[0] * ty * ru >= f["rows"]
         assert p.grid[1] * tx * cu >= f["units"]
         assert f["units"] * p.key.unit == cols * 4
+
+
+def test_rows_per_thread_shrinks_on_small_problems():
+    big = plan_of(((1000000, 64), "f2"), (2000000,))
+    small = plan_of(((64, 1024, 256), "f2"), (512,), axis=1)
+    tiny = plan_of(((1000, 64), "f4"), (10,))
+    assert big.fields["row_unroll"] == 4
+    assert small.fields["row_unroll"] in (1, 2) and tiny.fields["row_unroll"] == 1
+    for p in (big, small, tiny):  # every row is covered by the grid
+        assert p.grid[0] * p.block[1] * p.fields["row_unroll"] >= p.fields["rows"]
 
 
 def test_unit_follows_alignment():
