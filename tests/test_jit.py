@@ -461,6 +461,8 @@ def test_sass_runs_the_disassembler_on_the_whole_cubin(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/bin{os.pathsep}/usr/bin")
     monkeypatch.setenv("CG_FAKE_COPY", str(tmp_path / "copy.cubin"))
     monkeypatch.setattr(jit, "_wheel_bin_folders", lambda: [])
+    for var in ("CUDA_PATH", "CUDA_HOME"):  # a real toolkit must not stand in for the fakes
+        monkeypatch.delenv(var, raising=False)
     assert jit.find_disassembler() == ("cuobjdump", str(bin_dir / "cuobjdump"))
     info = jit.compile_key(ROWS)
     assert info.sass.strip() == f"cuobjdump -sass NVDISASM_PATH={bin_dir}"
