@@ -16,6 +16,7 @@ cached per (device, key).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -113,6 +114,7 @@ _loaded: dict = {}         # (device, key, options, digest) -> LoadedKernel
 _key_locks: dict = {}      # per compiled ident: one compile at a time
 _ZERO = {"hits": 0, "misses": 0, "compiles": 0, "disk_hits": 0, "compile_seconds": 0.0}
 _stats = dict(_ZERO)
+_nonce = itertools.count()  # see compile_source
 
 
 def stats() -> dict:
@@ -192,7 +194,11 @@ def compile_source(source: Source, arch: str = "sm_90", options: tuple = ()) -> 
     nvrtc = _nvrtc()
     real = arch.startswith("sm_")
     start = time.perf_counter()
-    prog = nvrtc.createProgram(source.text, source.entry + ".cu", [], [])
+    # NVRTC 13 answers a repeat of an identical program in the same process
+    # without running ptxas again, so without its report: a per-call comment
+    # keeps every compile distinct (the binary does not change).
+    text = f"{source.text}\n// compile {os.getpid()}.{next(_nonce)}\n"
+    prog = nvrtc.createProgram(text, source.entry + ".cu", [], [])
     try:
         try:
             nvrtc.compileProgram(prog, nvrtc_options(arch, options))
