@@ -19,13 +19,6 @@ import numpy
 from . import _arrays
 from ._arrays import GATHER_MODES, TAKE_MODES, alignment, cupy_module
 
-_cp = None  # the cupy module once loaded (the cached path skips a function call)
-
-
-def _load_cupy():
-    global _cp
-    _cp = cupy_module()
-    return _cp
 from ._compiler import load_kernel
 from ._launch import BoundKernel, fill_words
 from ._plan import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
@@ -35,6 +28,21 @@ __all__ = ["GatherOp", "gather", "take", "CacheInfo"]
 CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
 
 _NO_BAD = (1 << 64) - 1
+_INDEX_DTYPES = frozenset(_arrays.INDEX_DTYPES)
+
+
+class _Fast:
+    """CuPy callables of the cached path, looked up once (None until CuPy loads)."""
+
+    ndarray = get_device = current_stream = None
+
+    @classmethod
+    def load(cls):
+        cp = cupy_module()
+        cls.ndarray = cp.ndarray
+        cls.get_device = cp.cuda.runtime.getDevice
+        cls.current_stream = cp.cuda.get_current_stream
+        return cls
 _live_ops = weakref.WeakSet()  # every GatherOp, so jit.cache_clear() can reach their plans
 _live_lock = threading.Lock()
 _limits: dict = {}
@@ -214,38 +222,37 @@ class GatherOp:
 
     # ------------------------------------------------------------ call
     def __call__(self, data, indices, *, out=None, stream=None):
-        cp = _cp or _load_cupy()
-        if type(data) is not cp.ndarray:
+        fast = _Fast if _Fast.ndarray is not None else _Fast.load()
+        ndarray = fast.ndarray
+        if type(data) is not ndarray:
             data = _arrays.as_data(data)
         mem = data.data
         device = mem.device_id
-        if (type(indices) is not cp.ndarray or indices.dtype not in _arrays.INDEX_DTYPES
+        if (type(indices) is not ndarray or indices.dtype not in _INDEX_DTYPES
                 or indices.data.device_id != device):
             indices = _arrays.as_indices(indices, device, allow_bool=self._allow_bool)
         p = mem.ptr
         key = (device, data.shape, data.strides, data.dtype, indices.shape, indices.strides,
                indices.dtype, (p & 255 and p & -p) or 256)
         if out is not None:
-            q = out.data.ptr if isinstance(out, cp.ndarray) else 0
+            q = out.data.ptr if isinstance(out, ndarray) else 0
             key += ((q & 255 and q & -q) or 256,)
         bound = self._cache.get(key)
         if bound is None:
             bound = self._miss(key, data, indices, device)
         else:
             self._hits += 1  # unlocked: exact single-threaded, approximate under contention
-        rt = cp.cuda.runtime
-        if (bound.fast and rt.getDevice() == device
+        if (bound.fast and fast.get_device() == device
                 and device in getattr(_ready, "devices", ())):
             # The cached path: allocate, launch.
             if out is None:
-                out = cp.ndarray(bound.out_shape, data.dtype)
+                out = ndarray(bound.out_shape, data.dtype)
             else:
                 _arrays.check_out(out, bound.out_shape, data.dtype, device,
                                   {"data": data, "indices": indices})
-            bound.gather.launch(
-                (p, indices.data.ptr, out.data.ptr),
-                cp.cuda.get_current_stream().ptr if stream is None
-                else _arrays.stream_pointer(stream))
+            bound.gather.launch3(
+                p, indices.data.ptr, out.data.ptr,
+                fast.current_stream().ptr if stream is None else _arrays.stream_pointer(stream))
             return out
         return self._call_slow(bound, data, indices, out, stream, device)
 

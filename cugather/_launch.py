@@ -43,7 +43,7 @@ class BoundKernel:
     """One kernel handle plus a reusable argument block for one plan."""
 
     __slots__ = ("function", "grid", "block", "shared_mem", "args", "_words", "_slots",
-                 "_params", "_params_ptr", "_lock", "_launch")
+                 "_params", "_params_ptr", "_lock", "_launch", "_fn_ptr")
 
     def __init__(self, function, args_type: str, fields: dict, grid, block, shared_mem=0):
         from cupy.cuda import driver
@@ -53,10 +53,22 @@ class BoundKernel:
         self.args = new_args(args_type, **pack_fields(fields))
         self._words = self.args.view(numpy.uint64)
         self._slots = tuple(self.args.dtype.fields[n][1] // 8 for n in POINTER_FIELDS[args_type])
+        self._fn_ptr = function.ptr
         self._params = numpy.array([self.args.ctypes.data], dtype=numpy.uint64)
         self._params_ptr = self._params.ctypes.data
         self._lock = threading.Lock()
         self._launch = driver.launchKernel
+
+    def launch3(self, p0: int, p1: int, p2: int, stream_ptr: int) -> None:
+        """:meth:`launch` for blocks whose three pointers lead (data, indices, out)."""
+        g, b = self.grid, self.block
+        with self._lock:
+            words = self._words
+            words[0] = p0
+            words[1] = p1
+            words[2] = p2
+            self._launch(self._fn_ptr, g[0], g[1], g[2], b[0], b[1], b[2],
+                         self.shared_mem, stream_ptr, self._params_ptr, 0)
 
     def launch(self, pointers, stream_ptr: int) -> None:
         """Write ``pointers`` (in POINTER_FIELDS order) and launch on ``stream_ptr``."""
@@ -65,5 +77,5 @@ class BoundKernel:
             words = self._words
             for slot, ptr in zip(self._slots, pointers):
                 words[slot] = ptr
-            self._launch(self.function.ptr, g[0], g[1], g[2], b[0], b[1], b[2],
+            self._launch(self._fn_ptr, g[0], g[1], g[2], b[0], b[1], b[2],
                          self.shared_mem, stream_ptr, self._params_ptr, 0)
