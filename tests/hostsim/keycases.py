@@ -1,0 +1,140 @@
+"""Cases that make the library's own planner launch one given kernel key.
+
+``cases_for_key(key)`` returns runnable cases (objects with ``check()``) whose
+plan selects exactly ``key``: the kind, index math and grid are forced through
+``GatherOp.plan``'s test knobs, the unit width through the row size and item
+size, the mode through the public mode (``clip_numpy`` is ``numpy.take``'s
+clip).  Each key gets a launch over several blocks with a partial last one and
+a launch on a small grid so that grid-stride loops iterate.
+
+A new kernel kind registers its builder with :func:`register`; the host tier
+fails for any key of ``all_kernel_keys()`` without one.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable
+
+from cugather._keys import KernelKey
+
+from .cases import Case, fill_for
+
+__all__ = ["register", "cases_for_key", "has_builder", "UNIT_DTYPES"]
+
+#: dtypes whose item size is the unit width, rotated through per key.
+UNIT_DTYPES = {
+    1: ("int8", "uint8", "bool"),
+    2: ("float16", "int16", "uint16"),
+    4: ("float32", "int32", "uint32"),
+    8: ("float64", "int64", "complex64", "uint64"),
+    16: ("complex128",),
+}
+
+_BUILDERS: dict = {}
+
+
+def register(kind: str) -> Callable:
+    """Decorator: ``builder(key) -> list of cases`` for keys of ``kind``."""
+    def wrap(builder):
+        _BUILDERS[kind] = builder
+        return builder
+    return wrap
+
+
+def has_builder(key: KernelKey) -> bool:
+    return key.kind in _BUILDERS
+
+
+def cases_for_key(key: KernelKey) -> list:
+    """Cases that launch ``key``; KeyError names the missing builder."""
+    if key.kind not in _BUILDERS:
+        raise KeyError(f"no host-execution cases for kernel kind {key.kind!r} ({key.entry}); "
+                       f"register a builder in tests/hostsim/keycases.py")
+    return _BUILDERS[key.kind](key)
+
+
+def _seed(key: KernelKey, variant: str) -> int:
+    return zlib.crc32(f"{key.entry}/{variant}".encode())
+
+
+def _common(key: KernelKey, variant: str, force_kind: bool = True, max_grid=None) -> dict:
+    """Case fields shared by the gather kinds: dtype, mode, api, forced plan."""
+    dtypes = UNIT_DTYPES[key.unit]
+    dtype = dtypes[_seed(key, "dtype") % len(dtypes)]
+    take = key.mode == "clip_numpy"
+    mode = "clip" if take else key.mode
+    force = ([("kind", key.kind)] if force_kind else []) + [("math_name", key.math)]
+    if max_grid is not None:
+        force.append(("max_grid", max_grid))
+    return dict(dtype=dtype, index_dtype=key.index_dtype, mode=mode,
+                api="take" if take else "gather",
+                fill_value=fill_for(dtype) if mode == "fill" else 0,
+                out_of_range=key.mode != "raise", seed=_seed(key, variant),
+                force=tuple(force), expect_key=key.entry)
+
+
+# Sizes are chosen so that, for the tilings the planner has used so far, the
+# "blocks" cases span several blocks with a partial last one; test_hostsim.py
+# asserts the several blocks.  Odd unit counts keep the unit at the item size.
+@register("rows")
+def _rows(key: KernelKey) -> list:
+    return [
+        Case((3, 40, 3), axis=1, index_shape=(900,), **_common(key, "blocks")),
+        Case((3, 40, 3), axis=1, index_shape=(30, 30), **_common(key, "stride", max_grid=1)),
+        Case((7, 301), axis=0, index_shape=(5,), **_common(key, "long")),
+        Case((7, 301), axis=0, index_shape=(5,), **_common(key, "long-stride", max_grid=1)),
+    ]
+
+
+@register("chunks")
+def _chunks(key: KernelKey) -> list:
+    return [
+        Case((4, 1101), axis=0, index_shape=(6,), **_common(key, "blocks")),
+        Case((4, 1101), axis=0, index_shape=(2, 3), **_common(key, "stride", max_grid=1)),
+        Case((3, 7, 301), axis=1, index_shape=(5,), **_common(key, "outer")),
+    ]
+
+
+@register("scalar")
+def _scalar(key: KernelKey) -> list:
+    return [
+        Case((2, 50), axis=1, index_shape=(1300,), **_common(key, "blocks")),
+        Case((2, 50), axis=1, index_shape=(26, 50), **_common(key, "stride", max_grid=1)),
+    ]
+
+
+@register("inner")
+def _inner(key: KernelKey) -> list:
+    # gather_inner has no grid-stride loop over blockIdx.x, so the small grid
+    # caps only blockIdx.y here (test_hostsim.py holds the other case).
+    return [
+        Case((5, 50), axis=1, index_shape=(700,), **_common(key, "blocks")),
+        Case((7, 50), axis=1, index_shape=(200,), **_common(key, "stride", max_grid=2)),
+        Case((40,), axis=0, index_shape=(3, 7), **_common(key, "small")),
+    ]
+
+
+@register("elem")
+def _elem(key: KernelKey) -> list:
+    # Non-contiguous layouts: the unit is the item size; 750 / 800 output units
+    # over 256-thread blocks -> 3 and 4 blocks, the last partial.
+    return [
+        Case((13, 30), axis=0, index_shape=(25,), layout="transposed", **_common(key, "blocks")),
+        Case((4, 9, 5), axis=1, index_shape=(4, 10), layout="reversed", **_common(key, "rev")),
+        Case((6, 7, 5), axis=2, index_shape=(9,), layout="strided",
+             **_common(key, "stride", max_grid=1)),
+    ]
+
+
+@register("check")
+def _check(key: KernelKey) -> list:
+    # Raise mode runs the check first: in-range indices (it must stay quiet)
+    # and three bad ones met by one thread in different grid-stride rounds
+    # (it must name the first position, 301).
+    return [
+        Case((50, 3), "float32", 0, (700,), key.index_dtype, "raise", seed=_seed(key, "ok"),
+             expect_key=key.entry),
+        Case((50, 3), "float32", 0, (3, 300), key.index_dtype, "raise", seed=_seed(key, "bad"),
+             bad_at=(777, 301, 640), force=(("max_grid", 1),)),
+    ]
