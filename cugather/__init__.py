@@ -1,15 +1,20 @@
 """cugather: fast, checked gather kernels for CuPy arrays.
 
 ONNX ``Gather`` (:func:`gather`), a ``numpy.take`` drop-in (:func:`take`) and a
-reusable :class:`GatherOp` that caches per-shape launch plans.  Kernels are
-rendered from Jinja2 templates per unit width, index type and out-of-range
-mode, compiled at run time by NVRTC and cached in memory and on disk.
-Importing the package touches no GPU.
+reusable :class:`GatherOp` that caches per-shape launch plans; ONNX
+``GatherElements`` (:func:`gather_elements`, and :func:`take_along_axis` with
+NumPy's semantics) and ``GatherND`` (:func:`gather_nd`), one launch each.
+Kernels are rendered from Jinja2 templates per unit width, index type and
+out-of-range mode, compiled at run time by NVRTC and cached in memory and on
+disk.  Importing the package touches no GPU.
 """
 
 from ._version import __version__
 from ._gather import CacheInfo, GatherOp, gather, take
 from ._plan import GatherPlan
 from . import jit  # inspect and control compiled kernels
+from ._elements import gather_elements, take_along_axis
+from ._nd import gather_nd
 
-__all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo", "jit"]
+__all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo",
+           "gather_elements", "take_along_axis", "gather_nd", "jit"]

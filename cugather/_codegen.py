@@ -51,6 +51,12 @@ KIND_SPECS = {
     "elem": _KindSpec("gather.cu.j2", "gather_elem", "ElemArgs", _GATHER_HEADERS),
     "check": _KindSpec("gather.cu.j2", "check_indices", "CheckArgs", _GATHER_HEADERS),
 }
+_FAMILY_HEADERS = ("common.cuh", "gather_family.cuh")
+KIND_SPECS.update({
+    "elements": _KindSpec("gather.cu.j2", "gather_elements", "ElementsArgs", _FAMILY_HEADERS, 4),
+    "nd": _KindSpec("gather.cu.j2", "gather_nd", "NDArgs", _FAMILY_HEADERS, 4),
+    "check_nd": _KindSpec("gather.cu.j2", "check_nd", "NDCheckArgs", _FAMILY_HEADERS),
+})
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ def _environment() -> jinja2.Environment:
 
 def _template_args(key: KernelKey) -> list[str]:
     index_type = INDEX_TYPES[key.index_dtype]
-    if key.kind == "check":
+    if key.kind in ("check", "check_nd"):
         return [index_type]
     return [UNIT_TYPES[key.unit], index_type, MATH_TYPES[key.math], MODE_CONSTANTS[key.mode]]
 

@@ -17,8 +17,9 @@ __all__ = [
 ]
 
 #: Kernel kinds of the gather family (see kernels/gather.cuh) and the
-#: bounds check that raise mode runs first.
-KINDS = ("rows", "chunks", "scalar", "inner", "elem", "check")
+#: bounds check that raise mode runs first; then GatherElements, GatherND and
+#: GatherND's bounds check (kernels/gather_family.cuh).
+KINDS = ("rows", "chunks", "scalar", "inner", "elem", "check", "elements", "nd", "check_nd")
 #: Bytes moved per load/store.
 UNITS = (1, 2, 4, 8, 16)
 INDEX_DTYPES = ("int32", "int64")
@@ -37,7 +38,26 @@ _KIND_MATHS = {
     "inner": ("fast32", "fast64"),
     "elem": ("fast32", "fast64", "div64"),
     "check": ("fast64",),
+    "elements": ("fast32", "fast64"),
+    "nd": ("fast32", "fast64"),
+    "check_nd": ("fast64",),
 }
+
+# Bounds checks move no data (unit 0) and exist in raise mode only.
+_CHECK_KINDS = ("check", "check_nd")
+# GatherElements and GatherND have no numpy.take clip.
+_KIND_MODES = {
+    "elements": ("raise", "wrap", "clip", "fill"),
+    "nd": ("raise", "wrap", "clip", "fill"),
+}
+
+
+def _kind_units(kind: str) -> tuple:
+    return (0,) if kind in _CHECK_KINDS else UNITS
+
+
+def _kind_modes(kind: str) -> tuple:
+    return ("raise",) if kind in _CHECK_KINDS else _KIND_MODES.get(kind, KERNEL_MODES)
 
 
 @dataclass(frozen=True, order=True)
@@ -53,7 +73,7 @@ class KernelKey:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"unknown kernel kind {self.kind!r}; expected one of {KINDS}")
-        units = (0,) if self.kind == "check" else UNITS
+        units = _kind_units(self.kind)
         if self.unit not in units:
             raise ValueError(f"unit for kind {self.kind!r} must be one of {units}, got {self.unit!r}")
         if self.index_dtype not in INDEX_DTYPES:
@@ -61,15 +81,15 @@ class KernelKey:
         if self.math not in _KIND_MATHS[self.kind]:
             raise ValueError(
                 f"math for kind {self.kind!r} must be one of {_KIND_MATHS[self.kind]}, got {self.math!r}")
-        modes = ("raise",) if self.kind == "check" else KERNEL_MODES
+        modes = _kind_modes(self.kind)
         if self.mode not in modes:
             raise ValueError(f"mode for kind {self.kind!r} must be one of {modes}, got {self.mode!r}")
 
     @property
     def entry(self) -> str:
         """Name of the ``extern "C"`` entry point."""
-        if self.kind == "check":
-            return f"cugather_check_{_IDX_TAG[self.index_dtype]}"
+        if self.kind in _CHECK_KINDS:
+            return f"cugather_{self.kind}_{_IDX_TAG[self.index_dtype]}"
         return (f"cugather_{self.kind}_u{self.unit}_{_IDX_TAG[self.index_dtype]}"
                 f"_{self.math}_{self.mode}")
 
@@ -83,8 +103,8 @@ _IDX_TAG = {"int32": "i32", "int64": "i64"}
 def all_kernel_keys() -> Iterator[KernelKey]:
     """Yield every kernel key the library can produce, in a stable order."""
     for kind in KINDS:
-        units = (0,) if kind == "check" else UNITS
-        modes = ("raise",) if kind == "check" else KERNEL_MODES
+        units = _kind_units(kind)
+        modes = _kind_modes(kind)
         for unit in units:
             for index_dtype in INDEX_DTYPES:
                 for math in _KIND_MATHS[kind]:

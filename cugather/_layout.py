@@ -40,14 +40,47 @@ CHECK_ARGS = numpy.dtype([
     ("indices", "<u8"), ("n", "<u8"), ("axis_len", "<i8"), ("first_bad", "<u8"),
 ], align=True)
 
+# kernels/gather_family.cuh
+ELEMENTS_ARGS = numpy.dtype([
+    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+    ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
+    ("ndim", "<u4"), ("pad", "<u4"),
+    ("dims", DIVISOR, (MAX_DIMS,)),
+    ("strides", "<i8", (MAX_DIMS,)),
+    ("index_strides", "<u8", (MAX_DIMS,)),
+    _FILL,
+], align=True)
+
+ND_ARGS = numpy.dtype([
+    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+    ("rows", "<u8"), ("units", "<u8"),
+    ("ndim", "<u4"), ("tuple_dim", "<u4"), ("m", "<u4"),
+    ("tile_cu", "<u4"), ("tile_ru", "<u4"), ("pad", "<u4"),
+    ("dims", DIVISOR, (MAX_DIMS,)),
+    ("strides", "<i8", (MAX_DIMS,)),
+    ("bounds", "<i8", (MAX_DIMS,)),
+    ("comp_strides", "<i8", (MAX_DIMS,)),
+    _FILL,
+], align=True)
+
+ND_CHECK_ARGS = numpy.dtype([
+    ("indices", "<u8"), ("n", "<u8"), ("first_bad", "<u8"),
+    ("m_div", DIVISOR),
+    ("bounds", "<i8", (MAX_DIMS,)),
+], align=True)
+
 #: C struct name -> dtype.
-ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "ElemArgs": ELEM_ARGS, "CheckArgs": CHECK_ARGS}
+ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "ElemArgs": ELEM_ARGS, "CheckArgs": CHECK_ARGS,
+               "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS}
 
 #: Pointer fields, in the order the launcher writes them for each call.
 POINTER_FIELDS = {
     "GatherArgs": ("data", "indices", "out"),
     "ElemArgs": ("data", "indices", "out"),
     "CheckArgs": ("indices", "first_bad"),
+    "ElementsArgs": ("data", "indices", "out"),
+    "NDArgs": ("data", "indices", "out"),
+    "NDCheckArgs": ("indices", "first_bad"),
 }
 
 
