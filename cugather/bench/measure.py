@@ -185,10 +185,24 @@ def divmod_comparison(cp, repeat: int) -> list:
 
 
 def run_family_case(cp, c: dict, repeat: int) -> dict:
-    """A gather_elements / gather_nd case from cugather.bench_family."""
+    """A gather_elements / gather_nd case from cugather.bench_family: the copy
+    ceiling, cugather (wrap), its variants (raise) and the peers."""
     rng = cp.random.default_rng(1)
-    state = c["setup"](cp, rng)
-    res = {"name": c["name"], "moved_bytes": c["bytes"], "impl": {}}
-    for name, fn in [("cugather", c["cugather"])] + list(c["peers"].items()):
+    state = c["setup"](cp, rng)  # checks cugather against every peer once
+    res = {"name": c["name"], "moved_bytes": c["bytes"], "note": c.get("note", ""), "impl": {}}
+    if "ceiling" in c:
+        copy_fn, copy_bytes = c["ceiling"]
+        res["impl"]["copy"] = _stats(time_cupy(cp, lambda: copy_fn(state), repeat), copy_bytes)
+    runs = [("cugather", c["cugather"])] + list(c.get("variants", {}).items())
+    for name, fn in runs + list(c["peers"].items()):
         res["impl"][name] = _stats(time_cupy(cp, lambda: fn(state), repeat), c["bytes"])
+    cg = res["impl"]["cugather"]["gbps"]
+    peers = [k for k in c["peers"] if k in res["impl"]]
+    for name, st in res["impl"].items():
+        if "copy" in res["impl"]:
+            st["of_ceiling"] = st["gbps"] / res["impl"]["copy"]["gbps"]
+    if peers:
+        best = max(peers, key=lambda k: res["impl"][k]["gbps"])
+        res["best_peer"] = best
+        res["vs_peers"] = {k: cg / res["impl"][k]["gbps"] for k in peers}
     return res

@@ -46,9 +46,14 @@ def table(results: dict) -> str:
     for row in results.get("fallback_divmod", []):
         cells = ", ".join(f"{m} {row[m]['gbps'] / 1e3:.2f} TB/s" for m in ("fast32", "fast64", "div64"))
         lines.append(f"\nfallback kernel on {row['case']}: {cells}")
+    if results.get("family"):
+        lines.append("\ngather_elements / gather_nd (effective TB/s; cugather x peer):")
     for r in results.get("family", []):
-        cells = ", ".join(f"{k} {v['gbps'] / 1e3:.2f}" for k, v in r["impl"].items())
-        lines.append(f"family {r['name']}: {cells} TB/s")
+        cells = "  ".join(f"{k} {v['gbps'] / 1e3:.2f}" for k, v in r["impl"].items())
+        ratios = ", ".join(f"{v:.2f}x {k}" for k, v in r.get("vs_peers", {}).items())
+        of = r["impl"]["cugather"].get("of_ceiling")
+        lines.append(f"  {r['name']:20s} {cells}")
+        lines.append(f"  {'':20s} cugather {ratios}" + (f"; {of:.0%} of ceiling" if of else ""))
     return "\n".join(lines)
 
 
