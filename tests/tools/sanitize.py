@@ -1,0 +1,542 @@
+"""Run every cugather kernel variant under compute-sanitizer.
+
+Two ways to use it (from the repository root, on a machine with a GPU)::
+
+    # compute-sanitizer runs this script: the workload alone
+    compute-sanitizer --tool memcheck --error-exitcode 1 python tests/tools/sanitize.py
+
+    # this script drives compute-sanitizer: memcheck over every variant,
+    # racecheck and synccheck over the kernels that use shared memory
+    python tests/tools/sanitize.py --drive [--log-dir DIR] [--tools memcheck,racecheck]
+
+    # what would run (no GPU needed)
+    python tests/tools/sanitize.py --list
+
+The workload enumerates ``cugather._keys.all_kernel_keys()``.  For each kernel
+(kind x unit width x index dtype x index math x mode) it searches a small set
+of geometries for ones whose plan, with the kind, index math and grid forced
+the way the tests force them (``GatherOp._force`` for Gather/take, the
+``math_name``/``max_grid`` knobs of the GatherElements/GatherND planners),
+selects exactly that kernel; each is run through the library's own bind and
+launch path with in-range indices (negative ones included) and with
+out-of-range ones (the extremes of the index dtype included), and compared
+with NumPy.  Raise mode must raise IndexError and leave ``out`` untouched,
+which also runs the bounds-check kernels.  CuPy's memory pool is switched
+off so that every array is its own allocation and memcheck sees its exact
+bounds.  Exit status: nonzero on any mismatch, uncovered kernel, error, or
+(with ``--drive``) any sanitizer error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+ROOT = os.path.dirname(TESTS)
+for _path in (TESTS, ROOT):  # reference.py and fuzzcases.py; this checkout's cugather
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import numpy as np  # noqa: E402
+
+#: dtype whose item size is the unit (bytes are what kernels move).
+UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
+FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
+         "complex128": complex(1.5, -7.0)}
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "elem")
+SHARED_KINDS = ("inner",)  # kinds whose kernels stage data in shared memory
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One candidate launch: data shape and layout, axis (batch_dims for nd), indices."""
+
+    shape: tuple
+    axis: int
+    index_shape: tuple
+    layout: str = "c"            # "c", "transposed", "reversed", "strided"
+    max_grid: Optional[int] = None
+
+    def __str__(self):
+        grid = f" max_grid={self.max_grid}" if self.max_grid else ""
+        return (f"data {self.shape} {self.layout} axis {self.axis} indices "
+                f"{self.index_shape}{grid}")
+
+
+# Several blocks with a partial last one, and a tiny grid so that grid-stride
+# loops iterate.  Row lengths are odd multiples of the item size, so the
+# unit is the item size.
+CANDIDATES = {
+    "rows": [Geometry((3, 40, 3), 1, (900,)), Geometry((3, 40, 3), 1, (30, 30), max_grid=1),
+             Geometry((7, 301), 0, (5,)), Geometry((7, 301), 0, (5,), max_grid=1)],
+    "chunks": [Geometry((4, 1101), 0, (6,)), Geometry((4, 1101), 0, (2, 3), max_grid=1),
+               Geometry((3, 7, 301), 1, (5,))],
+    "scalar": [Geometry((2, 50), 1, (1300,)), Geometry((2, 50), 1, (26, 50), max_grid=1)],
+    "inner": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
+              Geometry((40,), 0, (3, 7))],
+    "elem": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
+             Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
+    "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
+                 Geometry((300, 7), 1, (300, 3), max_grid=1), Geometry((13, 30), 0, (20, 30), "transposed")],
+    "nd": [Geometry((5, 6, 3), 0, (7, 2)), Geometry((4, 5, 7), 1, (4, 6, 1), "reversed"),
+           Geometry((2, 3, 301), 0, (5, 2)), Geometry((50, 6, 3), 0, (40, 2), max_grid=1)],
+}
+
+
+# ---------------------------------------------------------------- arrays
+def _cp():
+    import cupy
+
+    return cupy
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy at a 256-byte aligned address, as cupy.asarray gives."""
+    raw = np.empty(a.nbytes + 256, np.uint8)
+    start = -raw.ctypes.data % 256
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+class _HostArrays:
+    """Stands in for CuPy in --plan-only runs: 256-byte aligned NumPy copies."""
+
+    asarray = staticmethod(aligned_copy)
+
+
+def _ptr(arr) -> int:
+    data = getattr(arr, "data", None)
+    return data.ptr if hasattr(data, "ptr") else arr.ctypes.data
+
+
+def make_data(rng, geo: Geometry, dtype: str, xp=None):
+    """(NumPy array, device array) with the same values and the same layout."""
+    from reference import random_data
+
+    cp = xp or _cp()
+    shape = geo.shape
+    if geo.layout == "c":
+        host = random_data(rng, shape, dtype)
+        return host, cp.asarray(host)
+    if geo.layout == "transposed":
+        host = random_data(rng, shape[::-1], dtype)
+        return host.T, cp.asarray(host).T
+    if geo.layout == "reversed":
+        host = random_data(rng, shape, dtype)
+        rev = (slice(None, None, -1),) * len(shape)
+        return host[rev], cp.asarray(host)[rev]
+    if geo.layout == "strided":
+        host = random_data(rng, shape[:-1] + (2 * shape[-1],), dtype)
+        return host[..., ::2], cp.asarray(host)[..., ::2]
+    raise ValueError(geo.layout)
+
+
+def make_indices(rng, shape, bounds, index_dtype: str, out_of_range: bool, nd: bool):
+    """In-range indices with 0, n-1, -1, -n among them, or some out of range as well."""
+    info = np.iinfo(index_dtype)
+    cols = list(bounds) if nd else [bounds[0]]
+    idx = np.empty(shape, np.int64)
+    view = idx.reshape(-1, len(cols)) if nd else idx.reshape(-1, 1)
+    for k, n in enumerate(cols):
+        col = rng.integers(-n, n, size=view.shape[0]) if n else np.zeros(view.shape[0], np.int64)
+        edges = [0, n - 1, -1, -n]
+        if out_of_range:
+            edges = [n, -n - 1, int(info.max), int(info.min), 2 * n + 1, -(1 << 31)] + edges
+            bad = rng.choice(col.size, size=max(1, col.size // 9), replace=False)
+            col[bad] = rng.choice(np.array([n, -n - 1, int(info.max), int(info.min)]), size=bad.size)
+        spots = rng.choice(col.size, size=min(len(edges), col.size), replace=False)
+        col[spots] = np.array(edges[:spots.size], dtype=np.int64)
+        view[:, k] = np.clip(col, info.min, info.max)
+    return idx.astype(index_dtype)
+
+
+# ---------------------------------------------------------------- references
+def expected(kind: str, mode: str, data, idx, geo: Geometry, fill):
+    import fuzzcases
+    from reference import gather_ref
+
+    try:
+        if kind == "elements":
+            return fuzzcases.elements_ref(data, idx, geo.axis, mode, fill)
+        if kind == "nd":
+            return fuzzcases.nd_ref(data, idx, geo.axis, mode, fill)
+        n = data.shape[geo.axis]
+        i = idx.astype(np.int64)
+        if mode == "clip_numpy":
+            return np.take(data, i, axis=geo.axis, mode="clip")
+        if mode == "wrap":
+            i = np.mod(i, n)
+        return gather_ref(data, i, geo.axis, mode, fill)
+    except IndexError:
+        return IndexError
+
+
+# ---------------------------------------------------------------- launching
+class Runner:
+    """Binds and launches one kernel key through the library's own path."""
+
+    def __init__(self, key, geo: Geometry, data, indices, fill):
+        self.key, self.geo, self.data, self.indices, self.fill = key, geo, data, indices, fill
+
+    def force(self) -> dict:
+        force = {"math_name": self.key.math}
+        if self.geo.max_grid:
+            force["max_grid"] = self.geo.max_grid
+        return force
+
+    def plan_key(self):
+        raise NotImplementedError
+
+    def run(self, out):
+        raise NotImplementedError
+
+
+class GatherRunner(Runner):
+    def _op(self):
+        from cugather import GatherOp
+
+        mode = self.key.mode
+        public = "clip" if mode == "clip_numpy" else mode
+        op = GatherOp.__new__(GatherOp)  # as cugather.take builds its op for "clip_numpy"
+        op._init(self.geo.axis, public, mode, self.fill if mode == "fill" else 0, 4,
+                 allow_bool=mode == "clip_numpy")
+        op._force = dict(self.force(), kind=self.key.kind)
+        return op
+
+    def plan_key(self):
+        op = self._op()
+        return op.plan(self.data, self.indices, **op._force).key
+
+    def run(self, out):
+        op = self._op()
+        result = op(self.data, self.indices, out=out)
+        used = {b.plan.key for b in op._cache.values() if b.plan.key is not None}
+        if used and self.key not in used:
+            raise AssertionError(f"the call planned {sorted(map(str, used))}, not {self.key}")
+        return result
+
+
+class FamilyRunner(Runner):
+    def _plan(self):
+        from cugather._arrays import alignment
+        from cugather._family_plan import plan_elements, plan_nd
+        from cugather._plan import Operand
+
+        d = self.data
+        op = Operand(d.shape, d.strides, d.itemsize, alignment(_ptr(d)))
+        if self.key.kind == "elements":
+            return plan_elements(op, self.indices.shape, self.indices.dtype.name, self.geo.axis,
+                                 self.key.mode, **self.force())
+        return plan_nd(op, self.indices.shape, self.indices.dtype.name, self.geo.axis,
+                       self.key.mode, **self.force())
+
+    def plan_key(self):
+        return self._plan().key
+
+    def run(self, out):
+        from cugather import _family
+
+        device = self.data.data.device_id
+        bound = _family._bind(self._plan(), device, self.fill, self.data.dtype)
+        return _family.run(bound, self.data, self.indices, out, None, device)
+
+
+RUNNERS = {**{k: GatherRunner for k in GATHER_KINDS}, "elements": FamilyRunner,
+           "nd": FamilyRunner}
+
+
+# ---------------------------------------------------------------- the workload
+@dataclass
+class Tally:
+    keys: int = 0
+    covered: int = 0
+    cases: int = 0
+    raised: int = 0
+    failures: int = 0
+
+
+def target_keys(kinds=None, shared_only=False):
+    from cugather._keys import all_kernel_keys
+
+    keys = [k for k in all_kernel_keys() if k.unit]  # bounds checks run with raise mode
+    if kinds:
+        keys = [k for k in keys if k.kind in kinds]
+    if shared_only:
+        keys = [k for k in keys if k.kind in SHARED_KINDS]
+    return keys
+
+
+def run_key(key, rng, tally: Tally, failures: list, max_cases: int,
+            plan_only: bool = False) -> None:
+    cp = _HostArrays if plan_only else _cp()
+    dtype = UNIT_DTYPES[key.unit]
+    fill = FILLS[dtype]
+    runner_type = RUNNERS.get(key.kind)
+    if runner_type is None:
+        failures.append(f"{key.entry}: no runner for kernel kind {key.kind!r} in {__file__}")
+        return
+    matched = 0
+    for geo in CANDIDATES.get(key.kind, []):
+        if matched >= max_cases:
+            break
+        host, dev = make_data(rng, geo, dtype, cp)
+        nd = key.kind == "nd"
+        bounds = (host.shape[geo.axis:geo.axis + geo.index_shape[-1]] if nd
+                  else (host.shape[geo.axis],))
+        probe = cp.asarray(make_indices(rng, geo.index_shape, bounds, key.index_dtype, False, nd))
+        try:
+            if runner_type(key, geo, dev, probe, fill).plan_key() != key:
+                continue
+        except (ValueError, IndexError):  # this geometry cannot take that variant
+            continue
+        matched += 1
+        if plan_only:
+            tally.cases += 2
+            continue
+        for out_of_range in (False, True):
+            idx = make_indices(rng, geo.index_shape, bounds, key.index_dtype, out_of_range, nd)
+            run_case(key, geo, host, dev, idx, fill, out_of_range, tally, failures)
+    tally.keys += 1
+    tally.covered += matched > 0
+    if not matched:
+        failures.append(f"{key.entry}: no candidate geometry plans this kernel "
+                        f"(tried {[str(g) for g in CANDIDATES.get(key.kind, [])]})")
+
+
+def run_case(key, geo, host, dev, idx, fill, out_of_range, tally, failures) -> None:
+    cp = _cp()
+    from reference import assert_same
+
+    want = expected(key.kind, key.mode, host, idx, geo, fill)
+    shape = want.shape if want is not IndexError else _out_shape(key.kind, host, idx, geo)
+    pattern = np.frombuffer(np.random.default_rng(7).bytes(
+        max(1, math.prod(shape)) * host.itemsize), dtype=host.dtype)[:math.prod(shape)]
+    out = cp.asarray(pattern.reshape(shape))
+    d_idx = cp.asarray(idx)
+    where = f"{key.entry} [{geo}; {'out-of-range' if out_of_range else 'in-range'} indices]"
+    tally.cases += 1
+    try:
+        runner = RUNNERS[key.kind](key, geo, dev, d_idx, fill)
+        try:
+            got = runner.run(out)
+            error = None
+        except IndexError as e:
+            got, error = None, e
+        cp.cuda.runtime.deviceSynchronize()  # surface any launch failure here
+        if want is IndexError:
+            if error is None:
+                raise AssertionError("expected IndexError, got a result")
+            tally.raised += 1
+            if out.get().tobytes() != pattern.tobytes():
+                raise AssertionError("out was written although the call raised IndexError")
+        else:
+            if error is not None:
+                raise AssertionError(f"unexpected IndexError: {error}")
+            if got is not out:
+                raise AssertionError("the result is not the out= array")
+            assert_same(got.get(), want, where)
+    except Exception as e:  # count and report, keep going
+        tally.failures += 1
+        failures.append(f"{where}: {type(e).__name__}: {str(e)[:500]}")
+
+
+def _out_shape(kind, host, idx, geo):
+    if kind == "elements":
+        return idx.shape
+    if kind == "nd":
+        return idx.shape[:-1] + host.shape[geo.axis + idx.shape[-1]:]
+    a = geo.axis
+    return host.shape[:a] + idx.shape + host.shape[a + 1:]
+
+
+def workload(args) -> int:
+    cp = _cp()
+    import cugather
+    from cugather import _compiler
+
+    cp.cuda.set_allocator(None)  # one cudaMalloc per array: memcheck sees exact bounds
+    keys = target_keys(args.kinds, args.shared_only)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    print(f"cugather {cugather.__version__} sanitizer workload: {len(keys)} kernel variants on "
+          f"GPU 0 ({name}, {_compiler.arch_for_device(0)})", flush=True)
+    tallies = defaultdict(Tally)
+    failures: list = []
+    rng = np.random.default_rng(args.seed)
+    start = time.perf_counter()
+    for key in keys:
+        try:
+            run_key(key, rng, tallies[key.kind], failures, args.cases_per_key)
+        except Exception:
+            tallies[key.kind].failures += 1
+            failures.append(f"{key.entry}: {traceback.format_exc(limit=3)}")
+    loaded = {lk.compiled.key for lk in _compiler.loaded_kernels()}
+    print(f"\n{'kind':10} {'variants':>8} {'covered':>8} {'cases':>6} {'raised':>6} {'failed':>6}")
+    total = Tally()
+    for kind, t in sorted(tallies.items()):
+        print(f"{kind:10} {t.keys:8d} {t.covered:8d} {t.cases:6d} {t.raised:6d} {t.failures:6d}")
+        for f in ("keys", "covered", "cases", "raised", "failures"):
+            setattr(total, f, getattr(total, f) + getattr(t, f))
+    print(f"{'total':10} {total.keys:8d} {total.covered:8d} {total.cases:6d} {total.raised:6d} "
+          f"{total.failures:6d}")
+    checks = sorted(k.entry for k in loaded if not k.unit)
+    print(f"bounds-check kernels run: {', '.join(checks) or 'none'}")
+    not_loaded = sorted(k.entry for k in keys if k not in loaded)
+    if not_loaded:
+        failures.append(f"{len(not_loaded)} targeted kernels were never loaded: {not_loaded[:10]}")
+    print(f"time {time.perf_counter() - start:.1f} s")
+    for line in failures[:200]:
+        print("FAIL", line)
+    print(f"WORKLOAD RESULT: {'OK' if not failures else 'FAILED'} "
+          f"({len(failures)} problems, {total.cases} cases, {total.covered}/{total.keys} "
+          f"variants covered)")
+    return 1 if failures else 0
+
+
+# ---------------------------------------------------------------- without a GPU
+def plan_only(args) -> int:
+    """The variant search alone, on NumPy arrays: which kernels the candidates reach."""
+    keys = target_keys(args.kinds, args.shared_only)
+    tallies = defaultdict(Tally)
+    failures: list = []
+    rng = np.random.default_rng(args.seed)
+    for key in keys:
+        run_key(key, rng, tallies[key.kind], failures, args.cases_per_key, plan_only=True)
+    for kind, t in sorted(tallies.items()):
+        print(f"{kind:10} {t.covered}/{t.keys} variants reached, {t.cases} cases")
+    for line in failures:
+        print("FAIL", line)
+    print(f"PLAN RESULT: {'OK' if not failures else 'FAILED'}")
+    return 1 if failures else 0
+
+
+# ---------------------------------------------------------------- listing
+def list_variants(args) -> int:
+    keys = target_keys(args.kinds, args.shared_only)
+    by_kind = defaultdict(list)
+    for k in keys:
+        by_kind[k.kind].append(k)
+    for kind, ks in sorted(by_kind.items()):
+        print(f"{kind}: {len(ks)} variants; candidate geometries:")
+        for g in CANDIDATES.get(kind, []):
+            print(f"    {g}")
+    print(f"total {len(keys)} variants (each: in-range and out-of-range indices)")
+    return 0
+
+
+# ---------------------------------------------------------------- driving compute-sanitizer
+def find_sanitizer(explicit: Optional[str]) -> Optional[str]:
+    if explicit:
+        return explicit
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in ("/usr/local/cuda/bin", "/opt/nvidia/cuda/bin"):
+        path = os.path.join(root, "compute-sanitizer")
+        if os.access(path, os.X_OK):
+            return path
+    import glob
+
+    for pattern in ("/usr/local/cuda-*/bin/compute-sanitizer",
+                    "/usr/local/cuda-*/compute-sanitizer/compute-sanitizer"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+_RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+
+
+def drive(args) -> int:
+    exe = find_sanitizer(args.sanitizer)
+    if exe is None:
+        print("compute-sanitizer not found (PATH, /usr/local/cuda*/bin); pass --sanitizer PATH")
+        return 2
+    log_dir = args.log_dir or os.path.join(os.getcwd(), "sanitize-logs")
+    os.makedirs(log_dir, exist_ok=True)
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    rows, bad = [], 0
+    for tool in tools:
+        shared = tool in ("racecheck", "synccheck")
+        cmd = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "200"]
+        if tool == "racecheck":
+            cmd += ["--racecheck-report", "all"]
+        cmd += [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
+                "--cases-per-key", str(args.cases_per_key)]
+        if args.kinds:
+            cmd += ["--kinds", ",".join(args.kinds)]
+        if shared:
+            cmd += ["--shared-only"]
+        log = os.path.join(log_dir, f"{tool}.log")
+        start = time.perf_counter()
+        with open(log, "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+        seconds = time.perf_counter() - start
+        text = open(log, errors="replace").read()
+        m = _SUMMARY.search(text)
+        errors = int(m.group(1)) if m else None
+        race = _RACE.search(text)
+        if race and (errors is None or int(race.group(2)) > errors):
+            errors = int(race.group(2))
+        workload_ok = "WORKLOAD RESULT: OK" in text
+        wl = re.search(r"WORKLOAD RESULT: .*", text)
+        ok = proc.returncode == 0 and errors == 0 and workload_ok
+        bad += not ok
+        rows.append((tool, "subset: shared memory" if shared else "all variants",
+                     "?" if errors is None else errors, proc.returncode,
+                     wl.group(0) if wl else "workload did not finish", seconds, log))
+    print(f"compute-sanitizer: {exe}")
+    for tool, scope, errors, rc, wl, seconds, log in rows:
+        print(f"{tool:10} ({scope}): {errors} errors, exit {rc}, {seconds:.0f} s; {wl}\n"
+              f"{'':12}log: {log}")
+    print(f"SANITIZER RESULT: {'OK' if not bad else 'FAILED'}")
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--drive", action="store_true", help="run compute-sanitizer on this workload")
+    p.add_argument("--list", action="store_true", help="list the variants; no GPU needed")
+    p.add_argument("--plan-only", action="store_true",
+                   help="check that every variant is reached by a candidate; no GPU needed")
+    p.add_argument("--tools", default="memcheck,racecheck,synccheck",
+                   help="with --drive: comma-separated tools (racecheck and synccheck run "
+                        "the shared-memory kernels only)")
+    p.add_argument("--log-dir", help="with --drive: where the logs go")
+    p.add_argument("--sanitizer", help="path of compute-sanitizer")
+    p.add_argument("--kinds", type=lambda s: [k for k in s.split(",") if k],
+                   help="comma-separated kernel kinds (default: all)")
+    p.add_argument("--shared-only", action="store_true",
+                   help="only kernels that use shared memory")
+    p.add_argument("--cases-per-key", type=int, default=2,
+                   help="geometries per variant (each with in- and out-of-range indices)")
+    p.add_argument("--seed", type=int, default=20240607)
+    args = p.parse_args(argv)
+    if args.list:
+        return list_variants(args)
+    if args.plan_only:
+        return plan_only(args)
+    if args.drive:
+        return drive(args)
+    return workload(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
