@@ -15,7 +15,8 @@ for gather_elements; CuPy fancy indexing and an onnxruntime-style GatherND
 (an offsets kernel, then one element per thread with 32-bit fast_divmod, 256
 threads) for gather_nd.  Indices are in ``[0, n)`` so that every peer
 computes the same function; cugather runs in ``wrap`` mode (no
-synchronisation), with ``raise`` as a variant.
+synchronisation; take_along_axis through its kernel in that mode), with
+``raise`` (bounds check and one host synchronisation per call) as a variant.
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def _random(cp, rng, shape, dtype):
 # ---------------------------------------------------------------- gather_elements
 def _elements_case(name, shape, dtype, idx_shape, axis, index_dtype="int64", note=""):
     import cugather
+    from . import _elements
+    from ._family_plan import along_axis_shape
 
     out_shape = tuple(max(n, k) if d != axis else k
                       for d, (n, k) in enumerate(zip(shape, idx_shape)))
@@ -158,12 +161,14 @@ def _elements_case(name, shape, dtype, idx_shape, axis, index_dtype="int64", not
             state.update(td=td, ti=ti)
             cp.cuda.Device().synchronize()
             assert _same(got, cp.from_dlpack(torch.gather(td, axis, ti))), name
+        assert _same(run(state), got), name  # the timed wrap-mode call
         state["ceiling"] = _copy_ceiling(cp, got)
         return state
 
     def run(state):
-        if broadcast:
-            return cugather.take_along_axis(state["data"], state["idx"], axis)
+        if broadcast:  # take_along_axis's kernel in wrap mode: no check, no synchronisation
+            return _elements._call("along", state["data"], state["idx"], axis, None, "wrap", 0,
+                                   None, along_axis_shape)
         return cugather.gather_elements(state["data"], state["idx"], axis, mode="wrap")
 
     def cupy_take_along_axis(state):
@@ -174,8 +179,9 @@ def _elements_case(name, shape, dtype, idx_shape, axis, index_dtype="int64", not
     peers = {"cupy.take_along_axis": cupy_take_along_axis}
     if torch is not None:
         peers["torch.gather"] = lambda s: torch.gather(s["td"], axis, s["ti"])
-    variants = {} if broadcast else {
-        "cugather_raise": lambda s: cugather.gather_elements(s["data"], s["idx"], axis)}
+    variants = {"cugather_raise": (
+        (lambda s: cugather.take_along_axis(s["data"], s["idx"], axis)) if broadcast
+        else (lambda s: cugather.gather_elements(s["data"], s["idx"], axis)))}
     return {"name": name, "op": "take_along_axis" if broadcast else "gather_elements",
             "setup": setup, "cugather": run, "peers": peers, "variants": variants,
             "ceiling": (lambda s: s["ceiling"](s), 2 * out_bytes),
@@ -207,6 +213,7 @@ def _nd_case(name, shape, dtype, idx_lead, m, batch_dims=0, index_dtype="int64",
         ort = ort_gather_nd(cp, data, idx64, b)
         assert _same(got, fancy(cp, data, idx)), name
         assert _same(got, ort()), name
+        assert _same(got, cugather.gather_nd(data, idx, b)), name  # raise mode
         return {"data": data, "idx": idx, "ort": ort, "ceiling": _copy_ceiling(cp, got)}
 
     def cupy_fancy(state):
