@@ -193,13 +193,8 @@ class GatherOp:
                               _device_limits(device), **self._force)
         fill = None
         if self._kernel_mode == "fill":
-            pattern = _arrays.fill_bytes(self.fill_value, data.dtype)
-            fill = fill_words(pattern)
-            unit = plan.key.unit if plan.key else data.itemsize
-            if unit < len(pattern) and pattern != pattern[:unit] * (len(pattern) // unit):
-                # A unit narrower than the element would repeat only part of it.
-                plan = GatherPlan(None, plan.check_key, plan.out_shape, plan.axis, plan.axis_len,
-                                  plan.n_indices, copy_data=True, reason="misaligned fill")
+            # Units narrower than an element take their part of it (fill_at).
+            fill = fill_words(_arrays.fill_bytes(self.fill_value, data.dtype))
         if (plan.n_indices and not plan.axis_len and self._kernel_mode != "fill"
                 and math.prod(plan.out_shape)):
             raise IndexError(f"cannot take {plan.n_indices} indices from axis {plan.axis} of "

@@ -144,6 +144,20 @@ __device__ __forceinline__ U fill_unit(const u64 (&fill)[2])
     return v;
 }
 
+// The fill value of the unit at output unit position ``pos``: units narrower
+// than an element (misaligned data or out) take the bytes of the element at
+// (pos * sizeof(U)) mod 16 of the repeated pattern, so every element is whole.
+template <class U>
+__device__ __forceinline__ U fill_at(const u64 (&fill)[2], u64 pos)
+{
+    if (sizeof(U) == 16) return fill_unit<U>(fill);
+    const u32 o = (u32)(pos * sizeof(U)) & 15u;
+    const u64 bits = ((o & 8u) ? fill[1] : fill[0]) >> ((o & 7u) * 8u);
+    U v;
+    memcpy(&v, &bits, sizeof(U));
+    return v;
+}
+
 // ---------------------------------------------------------------------------
 // Argument blocks, passed by value.  cugather/_layout.py holds the matching
 // NumPy dtypes; every rendered source asserts the offsets.

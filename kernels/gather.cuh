@@ -39,7 +39,6 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a, const int ru)
     const Ix row_tile = ty * (Ix)ru;
     const Ix unit_tile = tx * CU;
     const Idx* idx = (const Idx*)a.indices;
-    const U fillv = fill_unit<U>(a.fill);
 
     for (Ix rt = (Ix)blockIdx.x * row_tile + (Ix)threadIdx.y; rt < rows;
          rt += (Ix)gridDim.x * row_tile) {
@@ -69,7 +68,9 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a, const int ru)
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
                     if (live[kr] && u < units)
-                        v[kr][kc] = (MODE != MODE_FILL || src[kr]) ? __ldg(src[kr] + u) : fillv;
+                        v[kr][kc] = (MODE != MODE_FILL || src[kr])
+                            ? __ldg(src[kr] + u)
+                            : fill_at<U>(a.fill, (u64)(rt + (Ix)kr * ty) * (u64)units + (u64)u);
                 }
             }
 #pragma unroll
@@ -222,7 +223,6 @@ __device__ __forceinline__ void gather_elem(const ElemArgs& a)
     const Ix total = (Ix)a.total;
     const Idx* idx = (const Idx*)a.indices;
     U* out = (U*)a.out;
-    const U fillv = fill_unit<U>(a.fill);
     const Ix step = (Ix)gridDim.x * (Ix)blockDim.x;
 
     for (Ix t = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; t < total; t += step) {
@@ -244,7 +244,7 @@ __device__ __forceinline__ void gather_elem(const ElemArgs& a)
                 }
             }
         }
-        out[t] = keep ? __ldg((const U*)(a.data + off)) : fillv;
+        out[t] = keep ? __ldg((const U*)(a.data + off)) : fill_at<U>(a.fill, (u64)t);
     }
 }
 

@@ -17,21 +17,6 @@
 
 namespace cg {
 
-// The fill value for the unit at position `pos` of a contiguous output.  The
-// 16-byte pattern repeats the element, and every element width divides 16, so
-// the bytes at (pos * sizeof(U)) mod 16 are the right part of the element even
-// when a unit is narrower than an element (misaligned data).
-template <class U>
-__device__ __forceinline__ U fill_at(const u64 (&fill)[2], u64 pos)
-{
-    if (sizeof(U) == 16) return fill_unit<U>(fill);
-    const u32 o = (u32)(pos * sizeof(U)) & 15u;
-    const u64 bits = ((o & 8u) ? fill[1] : fill[0]) >> ((o & 7u) * 8u);
-    U v;
-    memcpy(&v, &bits, sizeof(U));
-    return v;
-}
-
 // ---------------------------------------------------------------------------
 // Argument blocks, passed by value (cugather/_layout.py mirrors them).
 // ---------------------------------------------------------------------------

@@ -130,6 +130,13 @@ def test_misaligned_complex_fill():
     assert got.get().tolist() == [1j, 3 - 4j, 10 + 1j]
     wrap = cugather.gather(data, cp.asarray([1, -12]), mode="wrap")  # no copy: 8-byte units
     assert wrap.get().tolist() == [1 + 1j, 10 + 1j]
+    # A misaligned out= in fill mode: narrow units, each element's fill stays whole.
+    raw_out = cp.zeros(16 * 3 + 8, dtype=cp.uint8)
+    out = raw_out[8:].view(cp.complex128)
+    res = cugather.gather(cp.asarray(host), cp.asarray([2, 99, -1]), mode="fill",
+                          fill_value=3 - 4j, out=out)
+    assert res is out
+    assert np.frombuffer(raw_out[8:].get().tobytes(), np.complex128).tolist() == [2 + 1j, 3 - 4j, 10 + 1j]
 
 
 def test_scalar_and_empty_indices():
