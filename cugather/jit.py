@@ -228,7 +228,8 @@ def _attributes(lk) -> dict:
 
 
 def cache_clear(disk: bool = False) -> Cleared:
-    """Forget cugather's compiled kernels and every GatherOp's plans.
+    """Forget cugather's compiled kernels, every GatherOp's plans and the plans of
+    gather_elements / take_along_axis / gather_nd.
 
     Parameters
     ----------
@@ -248,9 +249,10 @@ def cache_clear(disk: bool = False) -> Cleared:
     are re-read (so an edited header takes effect).  Arrays already returned,
     and launches in flight, are unaffected.
     """
+    from . import _family
     from ._gather import _clear_plan_caches
 
-    plans = _clear_plan_caches()
+    plans = _clear_plan_caches() + _family.cache_clear()
     n_kernels = len({id(ck) for ck in _compiler.compiled_kernels()}
                     | {id(lk.compiled) for lk in _compiler.loaded_kernels()})
     _compiler.clear()
