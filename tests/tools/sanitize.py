@@ -363,6 +363,12 @@ def _out_shape(kind, host, idx, geo):
 
 
 def workload(args) -> int:
+    from cugather._env import no_gpu_reason
+
+    reason = no_gpu_reason()
+    if reason is not None:
+        print(f"sanitizer workload: no GPU ({reason})")
+        return 2
     cp = _cp()
     import cugather
     from cugather import _compiler
@@ -462,6 +468,21 @@ _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 _RACE = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards? displayed\s*\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
 
 
+def _finish(run: dict, timeout: float) -> None:
+    """Wait for one sanitizer run (killing it past ``timeout`` s from its start)."""
+    if "seconds" in run:
+        return
+    left = max(1.0, timeout - (time.perf_counter() - run["start"]))
+    try:
+        run["proc"].wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        run["proc"].kill()
+        run["proc"].wait()
+        run["file"].write(f"\nKILLED after {timeout:.0f} s\n")
+    run["seconds"] = time.perf_counter() - run["start"]
+    run["file"].close()
+
+
 def drive(args) -> int:
     exe = find_sanitizer(args.sanitizer)
     if exe is None:
@@ -470,7 +491,7 @@ def drive(args) -> int:
     log_dir = args.log_dir or os.path.join(os.getcwd(), "sanitize-logs")
     os.makedirs(log_dir, exist_ok=True)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    rows, bad = [], 0
+    runs = []
     for tool in tools:
         shared = tool in ("racecheck", "synccheck")
         cmd = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "200"]
@@ -483,12 +504,19 @@ def drive(args) -> int:
         if shared:
             cmd += ["--shared-only"]
         log = os.path.join(log_dir, f"{tool}.log")
-        start = time.perf_counter()
-        with open(log, "w") as f:
-            f.write("$ " + " ".join(cmd) + "\n")
-            f.flush()
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-        seconds = time.perf_counter() - start
+        f = open(log, "w")
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        run = dict(tool=tool, shared=shared, log=log, file=f, start=time.perf_counter(),
+                   proc=subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT))
+        runs.append(run)
+        if not args.parallel:
+            _finish(run, args.timeout)
+    rows, bad = [], 0
+    for run in runs:
+        _finish(run, args.timeout)
+        tool, shared, log, proc, seconds = (run[k] for k in ("tool", "shared", "log", "proc",
+                                                              "seconds"))
         text = open(log, errors="replace").read()
         m = _SUMMARY.search(text)
         errors = int(m.group(1)) if m else None
@@ -520,6 +548,10 @@ def main(argv=None) -> int:
                    help="with --drive: comma-separated tools (racecheck and synccheck run "
                         "the shared-memory kernels only)")
     p.add_argument("--log-dir", help="with --drive: where the logs go")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="with --drive: seconds a tool may run before it is stopped")
+    p.add_argument("--parallel", action="store_true",
+                   help="with --drive: run the tools at the same time")
     p.add_argument("--sanitizer", help="path of compute-sanitizer")
     p.add_argument("--kinds", type=lambda s: [k for k in s.split(",") if k],
                    help="comma-separated kernel kinds (default: all)")
