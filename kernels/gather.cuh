@@ -151,7 +151,7 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 // an outer row once with wide coalesced loads, then picks its chunk of the
 // indices from shared memory and writes them coalesced.  blockIdx.x walks
 // chunks of the indices (adjacent blocks share a row, which stays in L2),
-// blockIdx.y walks outer rows.
+// blockIdx.y walks outer rows; both loop when the grid is smaller.
 // ---------------------------------------------------------------------------
 #ifndef CG_STAGE_ILP
 #define CG_STAGE_ILP 8
@@ -188,8 +188,7 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
     const Idx* idx = (const Idx*)a.indices;
     const U fillv = fill_unit<U>(a.fill);
     const u64 row_bytes = (u64)a.axis_len * sizeof(U);
-    const Ix first = (Ix)blockIdx.x * (Ix)a.chunk;
-    const Ix last = (n_idx - first < (Ix)a.chunk) ? n_idx : first + (Ix)a.chunk;
+    const Ix chunk = (Ix)a.chunk;
 
     for (Ix o = blockIdx.y; o < outer; o += gridDim.y) {
         const char* row = a.data + (i64)o * a.s_outer;
@@ -202,10 +201,13 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
         }
         __syncthreads();
         U* dst = (U*)a.out + (u64)o * (u64)n_idx;
+        for (Ix first = (Ix)blockIdx.x * chunk; first < n_idx; first += (Ix)gridDim.x * chunk) {
+            const Ix last = (n_idx - first < chunk) ? n_idx : first + chunk;
 #pragma unroll 4
-        for (Ix n = first + (Ix)threadIdx.x; n < last; n += blockDim.x) {
-            i64 i = load_index(idx + n);
-            dst[n] = resolve<MODE>(i, a.axis_len) ? staged[i] : fillv;
+            for (Ix n = first + (Ix)threadIdx.x; n < last; n += blockDim.x) {
+                i64 i = load_index(idx + n);
+                dst[n] = resolve<MODE>(i, a.axis_len) ? staged[i] : fillv;
+            }
         }
         __syncthreads();
     }

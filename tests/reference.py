@@ -37,6 +37,7 @@ def gather_ref(data, indices, axis, mode="raise", fill_value=0):
     """ONNX Gather with cugather's modes, from numpy.take alone."""
     data = np.asarray(data)
     idx = np.asarray(indices).astype(np.int64)
+    axis = axis % data.ndim
     n = data.shape[axis]
     in_range = (idx >= -n) & (idx < n)
     if mode == "raise":

@@ -215,10 +215,6 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype):
     assert [k.kind for k, *_ in runner.last_launches()] == ["check"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known bug: cugather/_plan.py caps the inner kernel's grid.x at max_grid, but "
-    "gather_inner (kernels/gather.cuh) has no grid-stride loop over blockIdx.x, so the "
-    "index chunks past grid.x are never written"))
 def test_inner_grid_smaller_than_index_chunks():
     """A max_grid below the inner kernel's chunk count must still write every output."""
     Case((5, 50), "float32", 1, (4596,), "int32", "wrap", out_of_range=True, seed=3,
