@@ -35,7 +35,8 @@ def spin(stream, ms: float) -> None:
     if kernel is None:
         kernel = cupy.RawKernel(_SPIN, "cugather_test_spin")
         _spin_kernels[device] = kernel
-    kernel((1,), (1,), (np.uint64(int(ms * 1e6)),), stream=stream)
+    with stream:  # RawKernel launches on the current stream
+        kernel((1,), (1,), (np.uint64(int(ms * 1e6)),))
 
 
 def free_bytes(device: int = 0) -> int:
@@ -120,8 +121,11 @@ def host_arrays(rng, dtype="float32", index_dtype="int64", rows=64, cols=33, n=3
 
 
 def device_arrays(host: dict) -> dict:
+    """Copies on the current device, finished (side streams do not wait for the copies)."""
     cupy = cp()
-    return {k: cupy.asarray(v) for k, v in host.items()}
+    arrays = {k: cupy.asarray(v) for k, v in host.items()}
+    cupy.cuda.Device().synchronize()
+    return arrays
 
 
 def inputs(name: str, arrays: dict):

@@ -7,10 +7,11 @@ One strategy (``fuzzcases.cases``) feeds two backends:
   index views mirrored from the NumPy recipe, host or device indices of any
   integer dtype, with and without ``out=``, on the current or a side stream.
   ``CUGATHER_FUZZ_EXAMPLES`` examples (default 200).
-* host execution (marker ``hostsim``): gather and take through the rendered
-  kernels compiled by the C++ compiler (``tests/hostsim``).
+* host execution (marker ``hostsim``): every operation through the rendered
+  kernels compiled by the C++ compiler (``tests/hostsim``), with UBSan.
   ``CUGATHER_HOSTSIM_FUZZ_EXAMPLES`` examples (default 100) keep CI within
-  its time budget.
+  its time budget; CI replays the same examples each run unless
+  ``CUGATHER_FUZZ_RANDOM=1``.
 
 Every result must equal the NumPy reference byte for byte, and ONNX's
 reference evaluator where its operator applies (all indices in range).  Where
@@ -51,9 +52,14 @@ def available_ops() -> tuple:
     return tuple(op for op in fuzzcases.OPS if op not in _API or hasattr(cugather, _API[op]))
 
 
-def _settings(n):
+def _settings(n, derandomize=False):
     return settings(max_examples=n, deadline=None, phases=_PHASES, print_blob=True,
-                    suppress_health_check=list(HealthCheck))
+                    derandomize=derandomize, suppress_health_check=list(HealthCheck))
+
+
+# CI replays the same host-tier examples on every run (CUGATHER_FUZZ_RANDOM=1
+# draws new ones); the long GPU runs pass --hypothesis-seed instead.
+HOST_DERANDOMIZE = os.environ.get("CUGATHER_FUZZ_RANDOM", "0") != "1"
 
 
 # ---------------------------------------------------------------- ONNX reference
@@ -229,6 +235,7 @@ def gpu_run(case: Case, salt: int, side_stream: bool) -> tuple:
     before_out = outbuf.get().tobytes() if outbuf is not None else None
 
     stream = cp.cuda.Stream(non_blocking=True) if side_stream else None
+    cp.cuda.Device().synchronize()  # the uploads are done before a side stream starts
     result = error = None
     try:
         result = gpu_call(case, data, given, out, stream)
@@ -316,10 +323,122 @@ def hostsim_run(runner, case: Case) -> tuple:
 
 
 @pytest.mark.hostsim
-@_settings(HOST_EXAMPLES)
+@_settings(HOST_EXAMPLES, HOST_DERANDOMIZE)
 @given(case=cases(ops=fuzzcases.TAKE_OPS, index_sources=("numpy",), with_out=False))
 def test_hostsim_fuzz(case):
     runner = _hostsim_runner()
     describe(case)
     data, seen, got = hostsim_run(runner, case)
     check(case, data, seen, got)
+
+
+def _hostsim_family():
+    _hostsim_runner()  # skips when the host tier cannot run
+    try:
+        import test_family_hostsim as family  # host launches of the family's plans
+    except ImportError as e:
+        pytest.skip(f"host execution of gather_elements / gather_nd unavailable: {e}")
+    return family
+
+
+def hostsim_family_run(family, case: Case) -> tuple:
+    from hostsim import runner
+
+    base = runner.device_copy(case.data_base_array())
+    ibase = case.index_base_array()
+    base_before, ibase_before = base.tobytes(), ibase.tobytes()
+    data = case.data(base)
+    _, seen = host_indices(case, ibase)
+    result = error = None
+    try:
+        if case.op == "elements":
+            result, _ = family.host_elements(data, seen, case.axis, case.mode, case.fill_value)
+        elif case.op == "along":
+            a, axis = (data.reshape(-1), 0) if case.flat() else (data, case.axis)
+            result, _ = family.host_elements(a, seen, axis, "raise", 0, broadcast=True)
+        else:
+            result, _ = family.host_nd(data, seen, case.axis, case.mode, case.fill_value)
+    except IndexError as e:  # judged by check(); anything else fails the test
+        error = e
+    unchanged = {"data": (base_before, base.tobytes()),
+                 "indices": (ibase_before, ibase.tobytes())}
+    return data, seen, Outcome(result, error, unchanged)
+
+
+@pytest.mark.hostsim
+@_settings(HOST_EXAMPLES, HOST_DERANDOMIZE)
+@given(case=cases(ops=fuzzcases.FAMILY_OPS, index_sources=("numpy",), with_out=False))
+def test_hostsim_fuzz_family(case):
+    family = _hostsim_family()
+    describe(case)
+    data, seen, got = hostsim_family_run(family, case)
+    check(case, data, seen, got)
+
+
+# ---------------------------------------------------------------- found by the fuzz
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def _fill_mode_extreme_index_case(kind):
+    """A fill-mode call whose out-of-range index times the axis stride passes 2^63."""
+    from hostsim import runner
+
+    rng = np.random.default_rng(5)
+    if kind == "scalar":  # one element per row, few indices
+        data = runner.device_copy(rng.standard_normal((2, 50)).astype(np.float32))
+        return ("gather", data, np.array([_I64_MAX - 3, 7], np.int64), 1)
+    if kind == "elem":  # gathering rows of a transposed array: the strided kernel
+        base = runner.device_copy(rng.standard_normal((50, 2)).astype(np.float32))
+        return ("gather", base.T, np.array([1 << 62, 1], np.int64), 0)
+    if kind == "elements":
+        data = runner.device_copy(rng.standard_normal((6, 5)).astype(np.float32))
+        idx = np.full((4, 5), 2, np.int64)
+        idx[1, 3] = _I64_MAX - 1
+        return ("elements", data, idx, 0)
+    data = runner.device_copy(rng.standard_normal((5, 6, 3)).astype(np.float32))
+    return ("nd", data, np.array([[_I64_MAX - 2, 0], [1, 2]], np.int64), 0)
+
+
+def run_extreme_index_case(kind: str) -> None:
+    """Run :func:`_fill_mode_extreme_index_case` on the host and compare with NumPy."""
+    from hostsim import runner
+
+    op, data, idx, axis = _fill_mode_extreme_index_case(kind)
+    if op == "gather":
+        import cugather
+
+        assert cugather.GatherOp(axis, mode="fill").plan(data, idx).kind == kind
+        got = runner.host_gather(data, idx, axis, "fill", -1.0)
+        want = fuzzcases.gather_ref(data, idx, axis, "fill", -1.0)
+    elif op == "elements":
+        got, _ = _hostsim_family().host_elements(data, idx, axis, "fill", -1.0)
+        want = fuzzcases.elements_ref(data, idx, axis, "fill", -1.0)
+    else:
+        got, _ = _hostsim_family().host_nd(data, idx, axis, "fill", -1.0)
+        want = fuzzcases.nd_ref(data, idx, axis, "fill", -1.0)
+    assert_same(got, want)
+
+
+@pytest.mark.hostsim
+@pytest.mark.parametrize("kind", ["scalar", "elem", "elements", "nd"])
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="fill mode multiplies an out-of-range index by the axis stride "
+                   "before discarding it: signed overflow (undefined behaviour) for int64 "
+                   "indices near 2^63 (kernels/gather.cuh scalar and elem, "
+                   "kernels/gather_family.cuh elements and nd)")
+def test_hostsim_fill_mode_extreme_index_has_no_undefined_behaviour(kind):
+    """Each case in a fresh process: UBSan reports a source location once per process."""
+    import subprocess
+    import sys
+
+    from hostsim import build
+
+    _hostsim_runner()
+    if not build.ubsan_enabled():
+        pytest.skip("the host tier runs without UBSan (CUGATHER_HOSTSIM_UBSAN=0)")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{os.path.dirname(tests)!r}, {tests!r}]; "
+            f"import test_fuzz; test_fuzz.run_extreme_index_case({kind!r})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]

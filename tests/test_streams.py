@@ -24,7 +24,7 @@ from reference import assert_same
 pytestmark = pytest.mark.gpu
 
 NON_RAISE = [(n, m) for n, m in g.OP_MODES if m != "raise"]
-SPIN_MS = 300
+SPIN_MS = 200
 
 
 def _skip_missing(name):
@@ -242,6 +242,7 @@ def test_capture_and_replay_with_new_indices():
             outs[(name, mode)] = cp.full(g.out_shape(name, host), 12345, host["data"].dtype)
             g.call(name, mode, dev, out=outs[(name, mode)], stream=s)  # bind before capture
             outs[(name, mode)].fill(12345)
+        g.call("gather", "wrap", dev)  # leaves a free block of the size allocated below
         s.synchronize()
         s.begin_capture()
         try:
@@ -278,10 +279,11 @@ def test_raise_mode_in_capture_is_a_clear_error(name, via):
         pytest.skip(f"{name} has no stream= argument")
     cp = g.cp()
     host, dev = _setup(7)
-    _warm(name, "raise", dev)
-    _warm("gather", "wrap", dev)
     s = cp.cuda.Stream(non_blocking=True)
     with s:
+        _warm(name, "raise", dev)
+        _warm("gather", "wrap", dev)
+        s.synchronize()
         s.begin_capture()
         try:
             with pytest.raises(RuntimeError, match="(?i)captur"):
