@@ -13,6 +13,7 @@ nonzero if any kernel failed to compile.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import time
@@ -55,7 +56,9 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     compiled = cached = 0
     failed = []
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    # spawn: the workers need NVRTC only, never the CUDA context this process opened
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_compile, w): w for w in work}
         for fut in as_completed(futures):
             try:
