@@ -188,7 +188,11 @@ def _record_kind(case: Case, data) -> None:
         _KINDS_SEEN[f"plan raised {type(e).__name__}"] += 1
 
 
-def gpu_call(case: Case, data, indices, out, stream):
+def gpu_call(case: Case, data, indices, out, stream, current):
+    """The call, with ``stream=`` or, when ``current``, with ``stream`` made current."""
+    if current and stream is not None:
+        with stream:
+            return gpu_call(case, data, indices, out, None, False)
     import cugather
 
     fill = case.fill_value
@@ -236,9 +240,15 @@ def gpu_run(case: Case, salt: int, side_stream: bool) -> tuple:
 
     stream = cp.cuda.Stream(non_blocking=True) if side_stream else None
     cp.cuda.Device().synchronize()  # the uploads are done before a side stream starts
+    # Indices that need converting go through stream-as-current: test_streams.py
+    # covers conversions under stream= on their own.
+    converted = not (case.index_source == "device" and case.index_dtype in ("int32", "int64")
+                     and given.flags.c_contiguous)
+    event(("side stream made current" if converted else "side stream as stream=")
+          if stream is not None else "current stream")
     result = error = None
     try:
-        result = gpu_call(case, data, given, out, stream)
+        result = gpu_call(case, data, given, out, stream, current=converted)
     except Exception as e:  # judged by check()
         error = e
     if stream is not None:
