@@ -75,7 +75,7 @@ def _k(name):
             """, "cugather_test_indices")
     elif name == "take":  # out viewed as (outer, n_idx, row): check against data (outer, n, row)
         k = cp.ElementwiseKernel(
-            "T out, raw I idx, int64 n, int64 row, int64 n_idx, int32 mode, T fill",
+            "T got, raw I idx, int64 n, int64 row, int64 n_idx, int32 mode, T fill",
             "raw uint64 bad",
             r"""
             const long long p = (long long)i;
@@ -83,21 +83,21 @@ def _k(name):
             long long k = (long long)idx[j];
             const bool keep = resolve(k, n, mode);
             const T want = keep ? (T)pattern((unsigned long long)((o * n + k) * row + r)) : fill;
-            if (out != want) {
+            if (got != want) {
                 atomicAdd(&bad[0], 1ULL);
                 atomicMin(&bad[1], (unsigned long long)p);
             }
             """, "cugather_test_check_take", preamble=_PREAMBLE)
     elif name == "elements":  # out[r, c] = data[r, idx[r, c]] with data (rows, n)
         k = cp.ElementwiseKernel(
-            "T out, I idx, int64 n, int64 cols, int32 mode, T fill", "raw uint64 bad",
+            "T got, I idx, int64 n, int64 cols, int32 mode, T fill", "raw uint64 bad",
             r"""
             const long long p = (long long)i;
             const long long r = p / cols;
             long long k = (long long)idx;
             const bool keep = resolve(k, n, mode);
             const T want = keep ? (T)pattern((unsigned long long)(r * n + k)) : fill;
-            if (out != want) {
+            if (got != want) {
                 atomicAdd(&bad[0], 1ULL);
                 atomicMin(&bad[1], (unsigned long long)p);
             }
