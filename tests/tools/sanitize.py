@@ -197,8 +197,11 @@ class Runner:
             force["max_grid"] = self.geo.max_grid
         return force
 
-    def plan_key(self):
+    def plan(self):
         raise NotImplementedError
+
+    def plan_key(self):
+        return self.plan().key
 
     def run(self, out):
         raise NotImplementedError
@@ -216,9 +219,9 @@ class GatherRunner(Runner):
         op._force = dict(self.force(), kind=self.key.kind)
         return op
 
-    def plan_key(self):
+    def plan(self):
         op = self._op()
-        return op.plan(self.data, self.indices, **op._force).key
+        return op.plan(self.data, self.indices, **op._force)
 
     def run(self, out):
         op = self._op()
@@ -230,7 +233,7 @@ class GatherRunner(Runner):
 
 
 class FamilyRunner(Runner):
-    def _plan(self):
+    def plan(self):
         from cugather._arrays import alignment
         from cugather._family_plan import plan_elements, plan_nd
         from cugather._plan import Operand
@@ -243,14 +246,11 @@ class FamilyRunner(Runner):
         return plan_nd(op, self.indices.shape, self.indices.dtype.name, self.geo.axis,
                        self.key.mode, **self.force())
 
-    def plan_key(self):
-        return self._plan().key
-
     def run(self, out):
         from cugather import _family
 
         device = self.data.data.device_id
-        bound = _family._bind(self._plan(), device, self.fill, self.data.dtype)
+        bound = _family._bind(self.plan(), device, self.fill, self.data.dtype)
         return _family.run(bound, self.data, self.indices, out, None, device)
 
 
@@ -298,10 +298,14 @@ def run_key(key, rng, tally: Tally, failures: list, max_cases: int,
                   else (host.shape[geo.axis],))
         probe = cp.asarray(make_indices(rng, geo.index_shape, bounds, key.index_dtype, False, nd))
         try:
-            if runner_type(key, geo, dev, probe, fill).plan_key() != key:
-                continue
+            plan = runner_type(key, geo, dev, probe, fill).plan()
         except (ValueError, IndexError):  # this geometry cannot take that variant
             continue
+        if plan.key != key:
+            continue
+        if getattr(plan, "shared_mem", 0) and key.kind not in SHARED_KINDS:
+            failures.append(f"{key.entry} uses shared memory: add {key.kind!r} to SHARED_KINDS "
+                            f"in {__file__} so that racecheck and synccheck run it")
         matched += 1
         if plan_only:
             tally.cases += 2
