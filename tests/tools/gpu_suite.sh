@@ -74,7 +74,7 @@ step warm 100 "$PY" tests/tools/warm_cache.py || failed=1
 ) &
 fuzz_pid=$!
 (
-    step sanitize 270 "$PY" tests/tools/sanitize.py --drive --parallel --timeout 250 \
+    step sanitize 270 "$PY" tests/tools/sanitize.py --drive --parallel --jobs 4 --timeout 250 \
         --log-dir "$LOG/sanitize"
 ) &
 sanitize_pid=$!

@@ -387,12 +387,15 @@ def workload(args) -> int:
     failures: list = []
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    for key in keys:
+    for n, key in enumerate(keys):
         try:
             run_key(key, rng, tallies[key.kind], failures, args.cases_per_key)
         except Exception:
             tallies[key.kind].failures += 1
             failures.append(f"{key.entry}: {traceback.format_exc(limit=3)}")
+        if n + 1 == len(keys) or keys[n + 1].kind != key.kind:  # progress, for logs cut short
+            print(f"  {key.kind}: done, {tallies[key.kind].cases} cases, {len(failures)} problems "
+                  f"so far, {time.perf_counter() - start:.0f} s", flush=True)
     loaded = {lk.compiled.key for lk in _compiler.loaded_kernels()}
     print(f"\n{'kind':10} {'variants':>8} {'covered':>8} {'cases':>6} {'raised':>6} {'failed':>6}")
     total = Tally()
@@ -495,32 +498,40 @@ def drive(args) -> int:
     log_dir = args.log_dir or os.path.join(os.getcwd(), "sanitize-logs")
     os.makedirs(log_dir, exist_ok=True)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    all_kinds = args.kinds or sorted({k.kind for k in target_keys()})
     runs = []
     for tool in tools:
         shared = tool in ("racecheck", "synccheck")
-        cmd = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "200"]
-        if tool == "racecheck":
-            cmd += ["--racecheck-report", "all"]
-        cmd += [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
-                "--cases-per-key", str(args.cases_per_key)]
-        if args.kinds:
-            cmd += ["--kinds", ",".join(args.kinds)]
-        if shared:
-            cmd += ["--shared-only"]
-        log = os.path.join(log_dir, f"{tool}.log")
-        f = open(log, "w")
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        run = dict(tool=tool, shared=shared, log=log, file=f, start=time.perf_counter(),
-                   proc=subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT))
-        runs.append(run)
-        if not args.parallel:
-            _finish(run, args.timeout)
+        # memcheck covers every kind: split over several processes to save time
+        jobs = 1 if shared else max(1, min(args.jobs, len(all_kinds)))
+        for j in range(jobs):
+            kinds = all_kinds[j::jobs] if jobs > 1 else args.kinds
+            cmd = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "200"]
+            if tool == "racecheck":
+                cmd += ["--racecheck-report", "all"]
+            cmd += [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed),
+                    "--cases-per-key", str(args.cases_per_key)]
+            if kinds:
+                cmd += ["--kinds", ",".join(kinds)]
+            if shared:
+                cmd += ["--shared-only"]
+            name = tool if jobs == 1 else f"{tool}-{j + 1}"
+            log = os.path.join(log_dir, f"{name}.log")
+            f = open(log, "w")
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            scope = ("kernels using shared memory" if shared else
+                     "kinds " + ",".join(kinds) if kinds else "all kernels")
+            run = dict(tool=name, scope=scope, log=log, file=f, start=time.perf_counter(),
+                       proc=subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT))
+            runs.append(run)
+            if not args.parallel:
+                _finish(run, args.timeout)
     rows, bad = [], 0
     for run in runs:
         _finish(run, args.timeout)
-        tool, shared, log, proc, seconds = (run[k] for k in ("tool", "shared", "log", "proc",
-                                                              "seconds"))
+        tool, scope, log, proc, seconds = (run[k] for k in ("tool", "scope", "log", "proc",
+                                                             "seconds"))
         text = open(log, errors="replace").read()
         m = _SUMMARY.search(text)
         errors = int(m.group(1)) if m else None
@@ -531,12 +542,11 @@ def drive(args) -> int:
         wl = re.search(r"WORKLOAD RESULT: .*", text)
         ok = proc.returncode == 0 and errors == 0 and workload_ok
         bad += not ok
-        rows.append((tool, "subset: shared memory" if shared else "all variants",
-                     "?" if errors is None else errors, proc.returncode,
+        rows.append((tool, scope, "?" if errors is None else errors, proc.returncode,
                      wl.group(0) if wl else "workload did not finish", seconds, log))
     print(f"compute-sanitizer: {exe}")
     for tool, scope, errors, rc, wl, seconds, log in rows:
-        print(f"{tool:10} ({scope}): {errors} errors, exit {rc}, {seconds:.0f} s; {wl}\n"
+        print(f"{tool:11} ({scope}): {errors} errors, exit {rc}, {seconds:.0f} s; {wl}\n"
               f"{'':12}log: {log}")
     print(f"SANITIZER RESULT: {'OK' if not bad else 'FAILED'}")
     return 1 if bad else 0
@@ -554,6 +564,8 @@ def main(argv=None) -> int:
     p.add_argument("--log-dir", help="with --drive: where the logs go")
     p.add_argument("--timeout", type=float, default=1800,
                    help="with --drive: seconds a tool may run before it is stopped")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="with --drive: memcheck processes, each over some of the kinds")
     p.add_argument("--parallel", action="store_true",
                    help="with --drive: run the tools at the same time")
     p.add_argument("--sanitizer", help="path of compute-sanitizer")
