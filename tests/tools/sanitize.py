@@ -5,12 +5,15 @@ Two ways to use it (from the repository root, on a machine with a GPU)::
     # compute-sanitizer runs this script: the workload alone
     compute-sanitizer --tool memcheck --error-exitcode 1 python tests/tools/sanitize.py
 
-    # this script drives compute-sanitizer: memcheck over every variant,
-    # racecheck and synccheck over the kernels that use shared memory
-    python tests/tools/sanitize.py --drive [--log-dir DIR] [--tools memcheck,racecheck]
+    # this script drives compute-sanitizer: memcheck over every variant (split
+    # over --jobs processes), racecheck and synccheck over the kernels that use
+    # shared memory, all at once with --parallel; one log per run
+    python tests/tools/sanitize.py --drive [--log-dir DIR] [--parallel --jobs 4]
+                                           [--tools memcheck,racecheck,synccheck]
 
-    # what would run (no GPU needed)
+    # what would run, and whether every variant is reached (no GPU needed)
     python tests/tools/sanitize.py --list
+    python tests/tools/sanitize.py --plan-only
 
 The workload enumerates ``cugather._keys.all_kernel_keys()``.  For each kernel
 (kind x unit width x index dtype x index math x mode) it searches a small set
