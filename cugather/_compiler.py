@@ -16,7 +16,6 @@ cached per (device, key).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -114,7 +113,10 @@ _loaded: dict = {}         # (device, key, options, digest) -> LoadedKernel
 _key_locks: dict = {}      # per compiled ident: one compile at a time
 _ZERO = {"hits": 0, "misses": 0, "compiles": 0, "disk_hits": 0, "compile_seconds": 0.0}
 _stats = dict(_ZERO)
-_nonce = itertools.count()  # see compile_source
+# ptxas reports by (source, arch, options).  NVRTC 13 answers a repeat of an
+# identical program in the same process without running ptxas again, so
+# without a report; the first report of that program stands in for it.
+_ptxas_reports: dict = {}
 
 
 def stats() -> dict:
@@ -194,11 +196,7 @@ def compile_source(source: Source, arch: str = "sm_90", options: tuple = ()) -> 
     nvrtc = _nvrtc()
     real = arch.startswith("sm_")
     start = time.perf_counter()
-    # NVRTC 13 answers a repeat of an identical program in the same process
-    # without running ptxas again, so without its report: a per-call comment
-    # keeps every compile distinct (the binary does not change).
-    text = f"{source.text}\n// compile {os.getpid()}.{next(_nonce)}\n"
-    prog = nvrtc.createProgram(text, source.entry + ".cu", [], [])
+    prog = nvrtc.createProgram(source.text, source.entry + ".cu", [], [])
     try:
         try:
             nvrtc.compileProgram(prog, nvrtc_options(arch, options))
@@ -213,8 +211,16 @@ def compile_source(source: Source, arch: str = "sm_90", options: tuple = ()) -> 
     with _lock:
         _stats["compiles"] += 1
         _stats["compile_seconds"] += seconds
+    log = log.rstrip("\0").strip()
+    report = parse_ptxas(log)
+    ident = (hashlib.sha256(source.text.encode()).hexdigest(), arch, tuple(options))
+    with _lock:
+        if report["registers"] is not None:
+            _ptxas_reports[ident] = (log, report)
+        elif real and ident in _ptxas_reports:
+            log, report = _ptxas_reports[ident]
     return CompiledKernel(source, arch, tuple(options), binary, "cubin" if real else "ptx",
-                          log.rstrip("\0").strip(), seconds, **parse_ptxas(log), ptx=ptx)
+                          log, seconds, **report, ptx=ptx)
 
 
 def _as_bytes(value) -> bytes:

@@ -118,6 +118,7 @@ def _load_peers(enabled: bool) -> dict:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         import jax
 
+        jax.config.update("jax_enable_x64", True)  # keep float64/complex128 as they are
         if any(d.platform == "gpu" for d in jax.devices()):
             peers["jax"] = jax
     except Exception:  # ImportError, or no GPU backend

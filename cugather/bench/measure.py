@@ -22,6 +22,12 @@ def _make(cp, case: Case, seed=0):
     return data, idx
 
 
+def _same(got, ref) -> bool:
+    """Bit-exact equality (False, not an error, on a shape or dtype mismatch)."""
+    return (got.shape == ref.shape and got.dtype == ref.dtype
+            and bool((got.view(numpy.uint8) == ref.view(numpy.uint8)).all()))
+
+
 def _stats(times_ms, moved: int) -> dict:
     med = float(numpy.median(times_ms))
     return {"ms": med, "gbps": moved / med / 1e6, "spread": float(numpy.std(times_ms) / med)}
@@ -73,7 +79,7 @@ def run_case(cp, case: Case, peers: dict, repeat: int) -> dict:
         _raw_dtype(data)), case.axis), ort_out)[1]
     for name, fn in impls.items():
         got = fn()
-        res["checked"][name] = bool((got.view(numpy.uint8) == ref.view(numpy.uint8)).all())
+        res["checked"][name] = _same(got, ref)
         res["impl"][name] = _stats(time_cupy(cp, fn, repeat), moved)
         res["impl"][name]["how"] = "CUDA events on CuPy's stream"
     if "torch" in peers:
@@ -97,7 +103,7 @@ def _torch(cp, torch, data, idx, case, ref, repeat, moved, res):
     cp.cuda.Device().synchronize()
     fn = (lambda: torch.index_select(td, case.axis, ti.reshape(-1)).reshape(case.out_shape))
     got = cp.from_dlpack(fn().contiguous())
-    res["checked"]["torch.index_select"] = bool((got.view(numpy.uint8) == ref.view(numpy.uint8)).all())
+    res["checked"]["torch.index_select"] = _same(got, ref)
     s = _stats(time_torch(torch, fn, repeat), moved)
     s["how"] = "torch.cuda events on torch's current stream; non-negative indices"
     return s
@@ -111,7 +117,7 @@ def _jax(cp, jax, data, idx, case, ref, repeat, moved, res):
     take = jax.jit(lambda d, i: jnp.take(d, i, axis=case.axis, mode="clip"))
     cp.cuda.Device().synchronize()
     got = cp.from_dlpack(take(jd, ji))
-    res["checked"]["jax.numpy.take"] = bool((got.view(numpy.uint8) == ref.view(numpy.uint8)).all())
+    res["checked"]["jax.numpy.take"] = _same(got, ref)
     s = _stats(time_jax(lambda: take(jd, ji), repeat), moved)
     s["how"] = ("jitted jnp.take(mode='clip'), back-to-back calls closed by block_until_ready; "
                 "non-negative indices")
@@ -178,7 +184,7 @@ def divmod_comparison(cp, repeat: int) -> list:
             op = cugather.GatherOp(case.axis, mode="wrap")
             op._force = {"kind": "elem", "math_name": math_name}
             got = op(data, idx)
-            assert bool((got.view(numpy.uint8) == ref.view(numpy.uint8)).all()), math_name
+            assert _same(got, ref), math_name
             row[math_name] = _stats(time_cupy(cp, lambda: op(data, idx), repeat), case.moved_bytes)
         rows.append(row)
     return rows
