@@ -11,7 +11,7 @@ import numpy
 
 __all__ = [
     "GATHER_MODES", "TAKE_MODES", "cupy_module", "check_mode", "as_data", "as_indices",
-    "check_fill", "fill_bytes", "check_out", "stream_pointer", "alignment", "extent", "INDEX_DTYPES",
+    "check_fill", "fill_bytes", "check_out", "current_stream", "stream_pointer", "alignment", "extent", "INDEX_DTYPES",
 ]
 
 GATHER_MODES = ("raise", "wrap", "clip", "fill")
@@ -193,6 +193,15 @@ def check_out(out, shape: tuple, dtype: numpy.dtype, device: int, inputs: dict):
 def alignment(ptr: int) -> int:
     """Largest power of two, at most 256, dividing ``ptr``."""
     return 256 if ptr & 255 == 0 else ptr & -ptr
+
+
+def current_stream(stream):
+    """Context manager making ``stream`` CuPy's current stream, so that index
+    conversions and copies run on it too (not only the kernel)."""
+    cp = cupy_module()
+    if isinstance(stream, cp.cuda.Stream):  # ExternalStream included
+        return stream
+    return cp.cuda.ExternalStream(stream_pointer(stream))
 
 
 def stream_pointer(stream) -> int:

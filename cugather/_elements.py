@@ -19,6 +19,9 @@ __all__ = ["gather_elements", "take_along_axis"]
 
 
 def _call(tag, data, indices, axis, out, mode, fill_value, stream, shape_rule):
+    if stream is not None:  # conversions and copies run on it too
+        with _arrays.current_stream(stream):
+            return _call(tag, data, indices, axis, out, mode, fill_value, None, shape_rule)
     cp = cupy_module()
     mem = data.data
     device = mem.device_id
@@ -139,6 +142,8 @@ def take_along_axis(arr, indices, axis=-1):
     """
     cp = cupy_module()
     arr = _arrays.as_data(arr, "arr")
+    if _arrays._is_gpu_array(indices) and not isinstance(indices, cp.ndarray):
+        indices = _arrays.as_data(indices, "indices")  # torch and others: a zero-copy view
     if not hasattr(indices, "dtype"):
         indices = numpy.asarray(indices)
         if indices.size == 0 and indices.dtype.kind == "f":

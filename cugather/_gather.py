@@ -217,6 +217,12 @@ class GatherOp:
 
     # ------------------------------------------------------------ call
     def __call__(self, data, indices, *, out=None, stream=None):
+        if stream is not None:  # conversions and copies run on it too
+            with _arrays.current_stream(stream):
+                return self._call(data, indices, out)
+        return self._call(data, indices, out)
+
+    def _call(self, data, indices, out, stream=None):
         fast = _Fast if _Fast.ndarray is not None else _Fast.load()
         ndarray = fast.ndarray
         if type(data) is not ndarray:
@@ -265,7 +271,7 @@ class GatherOp:
         """Everything but the cached fast path: copies, raise mode, device switch."""
         cp = cupy_module()
         if bound.copy_data:
-            return self(_contiguous_copy(data, device), indices, out=out, stream=stream)
+            return self._call(_contiguous_copy(data, device), indices, out, stream)
         if not indices.flags.c_contiguous:
             with cp.cuda.Device(device):
                 indices = cp.ascontiguousarray(indices)

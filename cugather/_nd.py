@@ -75,6 +75,10 @@ def gather_nd(data, indices, batch_dims: int = 0, *, out=None, mode: str = "rais
         For shapes that break the rules above.
     """
     _arrays.check_mode(mode, GATHER_MODES)
+    if stream is not None:  # conversions and copies run on it too
+        with _arrays.current_stream(stream):
+            return gather_nd(data, indices, batch_dims, out=out, mode=mode,
+                             fill_value=fill_value)
     b = batch_dims if type(batch_dims) is int else _check_batch_dims(batch_dims)
     cp = cupy_module()
     if type(data) is not cp.ndarray:

@@ -128,7 +128,8 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
                 divmod<M>(a.n_div, r, o, n);
                 i64 i = load_index(idx + n);
                 keep[k] = resolve<MODE>(i, a.axis_len);
-                off[k] = (i64)o * a.s_outer + i * a.s_axis;
+                // Only resolved indices are scaled: a discarded one may be near 2^63.
+                off[k] = keep[k] ? (i64)o * a.s_outer + i * a.s_axis : 0;
             }
         }
         U v[CG_SCALAR_ILP];
@@ -240,7 +241,7 @@ __device__ __forceinline__ void gather_elem(const ElemArgs& a)
                 if (d == (int)a.index_dim) {
                     i64 i = load_index(idx + c);
                     keep = resolve<MODE>(i, a.axis_len);
-                    off += i * a.s_axis;
+                    if (keep) off += i * a.s_axis;
                 } else {
                     off += (i64)c * a.strides[d];
                 }

@@ -132,7 +132,7 @@ __device__ __forceinline__ void gather_elements(const ElementsArgs& a)
                 elements_offsets<M>(a, t, off[k], ipos);
                 i64 i = load_index(idx + ipos);
                 keep[k] = resolve<MODE>(i, a.axis_len);
-                off[k] += i * a.s_axis;
+                if (keep[k]) off[k] += i * a.s_axis;  // discarded indices may be near 2^63
             }
         }
         U v[CG_ELEMENTS_ILP];
@@ -189,8 +189,9 @@ __device__ __forceinline__ const char* nd_row_source(const NDArgs& a, typename M
     for (int k = 0; k < CG_MAX_DIMS; ++k) {
         if (k < (int)a.m) {
             i64 i = load_index(t + k);
-            keep = resolve<MODE>(i, a.bounds[k]) && keep;
-            off += i * a.comp_strides[k];
+            const bool ok = resolve<MODE>(i, a.bounds[k]);
+            keep = ok && keep;
+            if (ok) off += i * a.comp_strides[k];  // discarded indices may be near 2^63
         }
     }
     return keep ? a.data + off : (const char*)0;  // null: the row takes the fill value

@@ -431,11 +431,6 @@ def run_extreme_index_case(kind: str) -> None:
 
 @pytest.mark.hostsim
 @pytest.mark.parametrize("kind", ["scalar", "elem", "elements", "nd"])
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="fill mode multiplies an out-of-range index by the axis stride "
-                   "before discarding it: signed overflow (undefined behaviour) for int64 "
-                   "indices near 2^63 (kernels/gather.cuh scalar and elem, "
-                   "kernels/gather_family.cuh elements and nd)")
 def test_hostsim_fill_mode_extreme_index_has_no_undefined_behaviour(kind):
     """Each case in a fresh process: UBSan reports a source location once per process."""
     import subprocess
