@@ -109,7 +109,8 @@ def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "in
     target = _index_dtype(arr.dtype, allow_bool, argname)
     if arr.dtype != target or not arr.flags.c_contiguous:
         with cp.cuda.Device(device):
-            arr = cp.ascontiguousarray(arr, dtype=target)
+            # ascontiguousarray returns at least 1-d: keep a scalar index 0-d
+            arr = cp.ascontiguousarray(arr, dtype=target).reshape(arr.shape)
     return arr
 
 

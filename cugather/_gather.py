@@ -274,7 +274,7 @@ class GatherOp:
             return self._call(_contiguous_copy(data, device), indices, out, stream)
         if not indices.flags.c_contiguous:
             with cp.cuda.Device(device):
-                indices = cp.ascontiguousarray(indices)
+                indices = cp.ascontiguousarray(indices).reshape(indices.shape)
         with _Device(device):
             if out is None:
                 out = cp.ndarray(bound.out_shape, data.dtype)

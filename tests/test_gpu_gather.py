@@ -160,6 +160,12 @@ def test_host_and_list_indices():
     assert cugather.gather(data, [1, -1, 3]).get().tolist() == [1, 9, 3]
     assert cugather.gather(data, np.array([[2]], np.uint16)).get().tolist() == [[2]]
     assert cugather.gather(data, (np.uint64(2**64 - 1),)).get().tolist() == [9]
+    # Scalar indices that need converting stay scalars (the axis is dropped).
+    two_d = cp.arange(12, dtype=cp.int8).reshape(3, 4)
+    for scalar in (np.uint16(2), np.uint64(1), cp.asarray(2, dtype=cp.uint8)):
+        got = cugather.take(two_d, scalar, axis=1, mode="wrap")
+        assert got.shape == (3,) and got.get().tolist() == np.take(
+            np.arange(12, dtype=np.int8).reshape(3, 4), int(scalar), axis=1).tolist()
     with pytest.raises(TypeError, match="integer"):
         cugather.gather(data, [1.5])
 
