@@ -237,8 +237,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     n_idx = math.prod(indices_shape)
     axis_len = data.shape[axis]
     out_shape = data.shape[:axis] + tuple(indices_shape) + data.shape[axis + 1:]
+    # Like numpy.take, indices are checked when some outer slice reads them:
+    # with an empty outer part nothing is read and nothing can be out of range.
     check = (KernelKey("check", 0, index_dtype, "fast64", "raise")
-             if mode == "raise" and n_idx else None)
+             if mode == "raise" and n_idx and math.prod(data.shape[:axis]) else None)
     base = dict(out_shape=out_shape, axis=axis, axis_len=axis_len, n_indices=n_idx)
     if math.prod(out_shape) == 0:
         return GatherPlan(None, check, **base)

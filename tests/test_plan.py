@@ -90,6 +90,9 @@ def test_raise_plans_a_check_and_empty_plans_launch_nothing():
     assert p.check_key.kind == "check" and p.key.mode == "raise"
     e = plan_of(((5, 0), "f4"), (3,), mode="raise")
     assert e.key is None and "nothing to launch" in e.describe()
+    assert e.check_key is not None  # numpy.take checks these indices (one outer slice)
+    # An empty outer part reads no index, so numpy.take raises nothing: no check.
+    assert plan_of(((0, 3), "f4"), (2,), axis=1, mode="raise").check_key is None
 
 
 def test_collapse_merges_contiguous_dims():
