@@ -168,8 +168,10 @@ class GatherOp:
     def _plan_for(self, data: Operand, indices_shape, index_dtype, out_align=256,
                   limits: DeviceLimits = DeviceLimits(), **force) -> GatherPlan:
         axis = normalize_axis(self.axis, len(data.shape))
+        # take() (allow_bool) follows numpy.take: unread indices are not checked.
         return plan_gather(data, tuple(indices_shape), index_dtype, axis, self._kernel_mode,
-                           out_align=out_align, limits=limits, **force)
+                           out_align=out_align, limits=limits,
+                           check_unread=not self._allow_bool, **force)
 
     def plan(self, data, indices, **force) -> GatherPlan:
         """The plan a call with these operands would use; launches nothing.

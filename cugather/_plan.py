@@ -227,7 +227,8 @@ def _row_split(kind: str, units: int, unit: int):
 def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int, mode: str,
                 *, out_align: int = 256, limits: DeviceLimits = DeviceLimits(),
                 kind: Optional[str] = None, math_name: Optional[str] = None,
-                max_grid: Optional[int] = None, row_unroll: Optional[int] = None) -> GatherPlan:
+                max_grid: Optional[int] = None, row_unroll: Optional[int] = None,
+                check_unread: bool = True) -> GatherPlan:
     """Plan ``out = take(data, indices, axis)`` with kernel mode ``mode``.
 
     ``axis`` must already be normalised.  ``kind``, ``math_name`` and
@@ -237,10 +238,11 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     n_idx = math.prod(indices_shape)
     axis_len = data.shape[axis]
     out_shape = data.shape[:axis] + tuple(indices_shape) + data.shape[axis + 1:]
-    # Like numpy.take, indices are checked when some outer slice reads them:
-    # with an empty outer part nothing is read and nothing can be out of range.
+    # ONNX Gather rejects any out-of-range index; numpy.take (check_unread
+    # False) checks only indices some outer slice reads, none when it is empty.
+    read = check_unread or math.prod(data.shape[:axis]) > 0
     check = (KernelKey("check", 0, index_dtype, "fast64", "raise")
-             if mode == "raise" and n_idx and math.prod(data.shape[:axis]) else None)
+             if mode == "raise" and n_idx and read else None)
     base = dict(out_shape=out_shape, axis=axis, axis_len=axis_len, n_indices=n_idx)
     if math.prod(out_shape) == 0:
         return GatherPlan(None, check, **base)
