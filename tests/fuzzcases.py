@@ -385,7 +385,7 @@ def view(draw, shape_want: tuple, budget: int, plain_bias: int = 2):
     rank = len(shape_want)
     if _below(draw, plain_bias + 1) != 0 or rank == 0:
         return shape_want, View.plain(rank)
-    perm = tuple(draw(_PERMS[rank]))
+    perm = tuple(draw(_PERMS[rank] if rank in _PERMS else st.permutations(range(rank))))
     # The view is base[slices].transpose(perm): base dim perm[k] becomes view dim k.
     storage = [0] * rank
     for k, p in enumerate(perm):
