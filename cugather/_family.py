@@ -13,14 +13,12 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
-import numpy
-
 from . import _arrays
 from ._arrays import cupy_module
 from ._compiler import load_kernel
 from ._family_plan import FamilyPlan
-from ._gather import _NO_BAD, CacheInfo, _Device, _fill_key, _ready
-from ._launch import BoundKernel, fill_words
+from ._gather import CacheInfo, _Device, _fill_key, _ready
+from ._launch import BoundKernel, fill_words, first_bad_position
 
 __all__ = ["Bound", "bound_for", "run", "cache_info", "cache_clear", "fill_key"]
 
@@ -130,17 +128,4 @@ def run(bound: Bound, data, indices, out, stream, device: int):
 
 def _first_bad(check: BoundKernel, indices, sptr: int):
     """Flat position of the first out-of-range index value, or None."""
-    cp = cupy_module()
-    rt = cp.cuda.runtime
-    if rt.streamIsCapturing(sptr):
-        raise RuntimeError(
-            "mode='raise' reads the bounds check back to the host, which CUDA graph "
-            "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
-    flag = cp.empty(1, numpy.uint64)
-    rt.memsetAsync(flag.data.ptr, 0xFF, 8, sptr)
-    check.launch((indices.data.ptr, flag.data.ptr), sptr)
-    host = numpy.empty(1, numpy.uint64)
-    rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, sptr)
-    rt.streamSynchronize(sptr)
-    pos = int(host[0])
-    return None if pos == _NO_BAD else pos
+    return first_bad_position(check, indices.data.ptr, sptr)

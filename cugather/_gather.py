@@ -20,14 +20,13 @@ from . import _arrays
 from ._arrays import GATHER_MODES, TAKE_MODES, alignment, cupy_module
 
 from ._compiler import load_kernel
-from ._launch import BoundKernel, fill_words
+from ._launch import BoundKernel, fill_words, first_bad_position
 from ._plan import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
 
 __all__ = ["GatherOp", "gather", "take", "CacheInfo"]
 
 CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
 
-_NO_BAD = (1 << 64) - 1
 _INDEX_DTYPES = frozenset(_arrays.INDEX_DTYPES)
 
 
@@ -291,20 +290,8 @@ class GatherOp:
         return out
 
     def _check(self, bound: _Bound, indices, sptr: int) -> None:
-        cp = cupy_module()
-        rt = cp.cuda.runtime
-        if rt.streamIsCapturing(sptr):
-            raise RuntimeError(
-                "mode='raise' reads the bounds check back to the host, which CUDA graph "
-                "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
-        flag = cp.empty(1, numpy.uint64)
-        rt.memsetAsync(flag.data.ptr, 0xFF, 8, sptr)
-        bound.check.launch((indices.data.ptr, flag.data.ptr), sptr)
-        host = numpy.empty(1, numpy.uint64)
-        rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, sptr)
-        rt.streamSynchronize(sptr)
-        pos = int(host[0])
-        if pos != _NO_BAD:
+        pos = first_bad_position(bound.check, indices.data.ptr, sptr)
+        if pos is not None:
             plan = bound.plan
             value = int(indices.reshape(-1)[pos].get())
             where = tuple(int(i) for i in numpy.unravel_index(pos, indices.shape))

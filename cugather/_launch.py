@@ -14,7 +14,10 @@ import numpy
 from ._fastdiv import Divisor
 from ._layout import POINTER_FIELDS, new_args
 
-__all__ = ["BoundKernel", "pack_fields", "fill_words"]
+__all__ = ["BoundKernel", "pack_fields", "fill_words", "first_bad_position", "NO_BAD"]
+
+#: What a bounds-check kernel leaves in its flag when every index is valid.
+NO_BAD = (1 << 64) - 1
 
 
 def _divisor_tuple(d: Divisor):
@@ -79,3 +82,28 @@ class BoundKernel:
                 words[slot] = ptr
             self._launch(self._fn_ptr, g[0], g[1], g[2], b[0], b[1], b[2],
                          self.shared_mem, stream_ptr, self._params_ptr, 0)
+
+
+def first_bad_position(check: BoundKernel, indices_ptr: int, stream_ptr: int):
+    """Run a raise-mode bounds check; the flat position of the first bad index, or None.
+
+    The check kernel ``atomicMin``s positions into an 8-byte flag, which is
+    read back after a stream synchronisation (so it cannot run in a CUDA
+    graph capture, which raises RuntimeError instead).
+    """
+    from cupy.cuda import runtime as rt
+
+    import cupy
+
+    if rt.streamIsCapturing(stream_ptr):
+        raise RuntimeError(
+            "mode='raise' reads the bounds check back to the host, which CUDA graph "
+            "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
+    flag = cupy.empty(1, numpy.uint64)
+    rt.memsetAsync(flag.data.ptr, 0xFF, 8, stream_ptr)
+    check.launch((indices_ptr, flag.data.ptr), stream_ptr)
+    host = numpy.empty(1, numpy.uint64)
+    rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, stream_ptr)
+    rt.streamSynchronize(stream_ptr)
+    pos = int(host[0])
+    return None if pos == NO_BAD else pos
