@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._fastdiv import MAX_OPERAND, Divisor, make_divisor
+from ._fastdiv import MAX_OPERAND, make_divisor
 from ._keys import KernelKey
 from ._layout import MAX_DIMS
 from ._plan import GRID_X_MAX, GRID_YZ_MAX, MAX_THREADS, Operand, unit_for

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ._fastdiv import MAX_OPERAND, Divisor, make_divisor
-from ._keys import UNITS, KernelKey
+from ._keys import KernelKey
 from ._layout import MAX_DIMS
 
 __all__ = ["Operand", "DeviceLimits", "GatherPlan", "plan_gather", "normalize_axis", "unit_for"]
 
 MAX_THREADS = 256          # CG_MAX_THREADS
 SCALAR_ILP = 4             # CG_SCALAR_ILP
-ROWS_LOADS = 4             # units in flight per thread in a (CU, RU) row tile
 GRID_X_MAX = (1 << 31) - 1
 GRID_YZ_MAX = 65535
 
@@ -170,23 +169,6 @@ def _divisor(d: int, math_name: str) -> Divisor:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _rows_tiling(units: int):
-    """(block, cu, ru, unit chunks) for the rows kernel.
-
-    Short rows: a block holds MAX_THREADS // units rows, one unit per thread
-    per row, and each thread takes 4 rows.  Long rows: one row per block
-    chunk, 2 or 4 units per thread, chunks spread over blockIdx.y.
-    """
-    if units <= MAX_THREADS:
-        tx, cu = units, 1
-        ty = max(1, MAX_THREADS // tx)
-    else:
-        cu = 2 if units <= 2 * MAX_THREADS else 4
-        tx = min(MAX_THREADS, _cdiv(_cdiv(units, cu), 32) * 32)
-        ty = 1
-    return (tx, ty, 1), cu, ROWS_LOADS // cu, _cdiv(units, tx * cu)
 
 
 def _rows_cu(unit: int) -> int:

@@ -17,7 +17,7 @@ import time
 
 import numpy
 
-from .cases import CASES, QUICK, Case, by_name
+from .cases import CASES, QUICK, by_name
 from .measure import divmod_comparison, host_overhead, run_case
 
 __all__ = ["add_arguments", "run"]
