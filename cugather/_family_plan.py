@@ -23,8 +23,9 @@ from ._plan import GRID_X_MAX, GRID_YZ_MAX, MAX_THREADS, Operand, unit_for
 __all__ = ["FamilyPlan", "plan_elements", "plan_nd", "elements_shape", "along_axis_shape",
            "nd_shape", "merge_dims", "ELEMENTS_ILP"]
 
-ELEMENTS_ILP = 4   # CG_ELEMENTS_ILP
-ND_SHORT_ROWS = 4  # rows per thread of the nd kernel for rows of up to MAX_THREADS units
+ELEMENTS_ILP = 2   # CG_ELEMENTS_ILP
+ELEMENTS_TILE_COLS = 32  # columns of a column tile: one warp
+ND_SHORT_ROWS = 2  # CG_ND_SHORT_RU: rows per thread of the nd kernel for rows of up to MAX_THREADS units
 ND_LONG_UNITS = 4  # units per thread of the nd kernel for longer rows
 CHECK_GRID_MAX = 4096
 
@@ -256,14 +257,16 @@ def _no_empty_axis(mode: str, bounds, bound_axes, n_indices: int, out_size: int)
 
 def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mode: str, *,
                   out_shape=None, out_align: int = 256, math_name: Optional[str] = None,
-                  max_grid: Optional[int] = None) -> FamilyPlan:
+                  max_grid: Optional[int] = None,
+                  column_tiles: Optional[bool] = None) -> FamilyPlan:
     """Plan ``out[c] = data[c with c[axis] replaced by indices[c]]``.
 
     ``axis`` must be normalised.  ``out_shape`` defaults to the indices' shape
     (GatherElements); take_along_axis passes the broadcast shape.  On other
     dimensions data may be larger than the output (read from its corner) or 1
     (broadcast), and indices equal to the output or 1 (broadcast).
-    ``math_name`` and ``max_grid`` force an index math or a smaller grid.
+    ``math_name``, ``max_grid`` and ``column_tiles`` force an index math, a
+    smaller grid or the slot order (tests and benchmarks).
     """
     indices_shape = tuple(indices_shape)
     out_shape = tuple(indices_shape if out_shape is None else out_shape)
@@ -305,10 +308,32 @@ def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mod
     fields = dict(total=total, axis_len=axis_len, s_axis=s_axis, ndim=len(dims),
                   dims=_divisors([n for n, _, _ in dims], mname),
                   strides=_pad([s for _, s, _ in dims]), index_strides=_pad([i for _, _, i in dims]))
-    grid = (min(_cdiv(total, MAX_THREADS * ELEMENTS_ILP), max_grid or GRID_X_MAX), 1, 1)
+    # Columns: the dimensions inside the gathered (or a broadcast) one, where
+    # output and data positions move together.  From a warp's width on, slots
+    # go in column tiles (kernels/gather_family.cuh), so that the blocks
+    # resident at a time share a narrow band of every table row they pick.
+    cols = 1
+    for n, s, _ in dims:
+        if s == 0:
+            break
+        cols *= n
+    if column_tiles is None:
+        column_tiles = cols >= ELEMENTS_TILE_COLS and total > cols
+    if column_tiles:
+        rows_per_tile = MAX_THREADS // 32 * ELEMENTS_ILP
+        col_tiles = _cdiv(cols, ELEMENTS_TILE_COLS)
+        row_tiles = _cdiv(total // cols, rows_per_tile)
+        fields.update(cols=cols, col_tiles=col_tiles, row_tiles=row_tiles)
+        grid = (min(col_tiles * row_tiles, max_grid or GRID_X_MAX), 1, 1)
+        order = f"column tiles of {ELEMENTS_TILE_COLS} x {rows_per_tile} ({cols} columns)"
+    else:
+        fields.update(cols=0, col_tiles=0, row_tiles=0)
+        grid = (min(_cdiv(total, MAX_THREADS * ELEMENTS_ILP), max_grid or GRID_X_MAX), 1, 1)
+        order = "flat order"
     return FamilyPlan(key=KernelKey("elements", unit, index_dtype, mname, mode),
                       args_type="ElementsArgs", fields=fields, grid=grid, block=(MAX_THREADS, 1, 1),
-                      reason=f"{len(dims)} dims of {unit} B units, {ELEMENTS_ILP} per thread",
+                      reason=f"{len(dims)} dims of {unit} B units, {ELEMENTS_ILP} per thread, "
+                             f"{order}",
                       **checks, **base)
 
 

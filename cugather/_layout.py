@@ -44,7 +44,7 @@ CHECK_ARGS = numpy.dtype([
 ELEMENTS_ARGS = numpy.dtype([
     ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
-    ("ndim", "<u4"), ("pad", "<u4"),
+    ("ndim", "<u4"), ("col_tiles", "<u4"), ("cols", "<u8"), ("row_tiles", "<u8"),
     ("dims", DIVISOR, (MAX_DIMS,)),
     ("strides", "<i8", (MAX_DIMS,)),
     ("index_strides", "<u8", (MAX_DIMS,)),

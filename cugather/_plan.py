@@ -20,7 +20,7 @@ from ._layout import MAX_DIMS
 __all__ = ["Operand", "DeviceLimits", "GatherPlan", "plan_gather", "normalize_axis", "unit_for"]
 
 MAX_THREADS = 256          # CG_MAX_THREADS
-SCALAR_ILP = 4             # CG_SCALAR_ILP
+SCALAR_ILP = 2             # CG_SCALAR_ILP
 GRID_X_MAX = (1 << 31) - 1
 GRID_YZ_MAX = 65535
 

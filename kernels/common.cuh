@@ -129,10 +129,36 @@ __device__ __forceinline__ bool resolve(i64& i, i64 s)
     }
 }
 
-// Index loads go through the read-only path; int32 and int64 indices have
-// their own instantiations (no upcast in memory).
+// A gather writes each output unit once but may reread any part of the
+// table.  With CG_STREAM_STORES (the default) output stores are evict-first
+// (st.global.cs), which leaves L2 to the table.  Index loads stay on the
+// read-only path unless CG_STREAM_INDICES: several kernels reread indices
+// (one pass per outer slice), and the components of an index tuple share
+// sectors.
+#ifndef CG_STREAM_STORES
+#define CG_STREAM_STORES 1
+#endif
+#ifndef CG_STREAM_INDICES
+#define CG_STREAM_INDICES 0
+#endif
+template <class T>
+__device__ __forceinline__ void store_stream(T* p, const T v)
+{
+#if CG_STREAM_STORES
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
+// int32 and int64 indices have their own instantiations (no upcast in memory).
+#if CG_STREAM_INDICES
+__device__ __forceinline__ i64 load_index(const int* p) { return (i64)__ldcs(p); }
+__device__ __forceinline__ i64 load_index(const long long* p) { return (i64)__ldcs(p); }
+#else
 __device__ __forceinline__ i64 load_index(const int* p) { return (i64)__ldg(p); }
 __device__ __forceinline__ i64 load_index(const long long* p) { return (i64)__ldg(p); }
+#endif
 
 // The fill value travels as 16 bytes holding the element pattern repeated to
 // the unit width; a unit reads its first sizeof(U) bytes.

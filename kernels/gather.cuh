@@ -8,9 +8,15 @@
 #define CUGATHER_GATHER_CUH
 
 // Independent loads in flight per thread (tuning knobs; compile options may
-// override them).
+// override them).  Scalar: 2, measured on H200 -- 1 and 2 tie, 4 and 8 are
+// 10-25% slower on a table that sits in L2 (more registers, fewer threads).
 #ifndef CG_SCALAR_ILP
-#define CG_SCALAR_ILP 4
+#define CG_SCALAR_ILP 2
+#endif
+// Units per thread per row in the rows kernel for 1-, 2- and 4-byte units
+// (cugather/_plan.py _rows_cu sizes blocks with it; 2 and 4 were slower on H200).
+#ifndef CG_ROWS_NARROW_CU
+#define CG_ROWS_NARROW_CU 1
 #endif
 
 namespace cg {
@@ -79,7 +85,7 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a, const int ru)
 #pragma unroll
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
-                    if (live[kr] && u < units) dst[u] = v[kr][kc];
+                    if (live[kr] && u < units) store_stream(dst + u, v[kr][kc]);
                 }
             }
         }
@@ -89,7 +95,7 @@ __device__ __forceinline__ void rows_tile(const GatherArgs& a, const int ru)
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_rows(const GatherArgs& a)
 {
-    rows_tile<U, Idx, M, MODE, (sizeof(U) >= 8 ? 16 / sizeof(U) : 1), 4>(a, (int)a.row_unroll);
+    rows_tile<U, Idx, M, MODE, (sizeof(U) >= 8 ? 16 / sizeof(U) : CG_ROWS_NARROW_CU), 4>(a, (int)a.row_unroll);
 }
 
 template <class U, class Idx, class M, int MODE>
@@ -141,7 +147,7 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 #pragma unroll
         for (int k = 0; k < CG_SCALAR_ILP; ++k) {
             const Ix r = base + (Ix)k * bs;
-            if (r < rows) out[r] = v[k];
+            if (r < rows) store_stream(out + r, v[k]);
         }
     }
 }
@@ -207,7 +213,7 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 #pragma unroll 4
             for (Ix n = first + (Ix)threadIdx.x; n < last; n += blockDim.x) {
                 i64 i = load_index(idx + n);
-                dst[n] = resolve<MODE>(i, a.axis_len) ? staged[i] : fillv;
+                store_stream(dst + n, resolve<MODE>(i, a.axis_len) ? staged[i] : fillv);
             }
         }
         __syncthreads();
@@ -247,7 +253,7 @@ __device__ __forceinline__ void gather_elem(const ElemArgs& a)
                 }
             }
         }
-        out[t] = keep ? __ldg((const U*)(a.data + off)) : fill_at<U>(a.fill, (u64)t);
+        store_stream(out + t, keep ? __ldg((const U*)(a.data + off)) : fill_at<U>(a.fill, (u64)t));
     }
 }
 

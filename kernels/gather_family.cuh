@@ -10,9 +10,15 @@
 #ifndef CUGATHER_GATHER_FAMILY_CUH
 #define CUGATHER_GATHER_FAMILY_CUH
 
-// Independent elements in flight per thread in the elements kernel.
+// Independent elements in flight per thread in the elements kernel (2 with 8
+// resident blocks beat 4 and 8 with fewer, measured on H200).
 #ifndef CG_ELEMENTS_ILP
-#define CG_ELEMENTS_ILP 4
+#define CG_ELEMENTS_ILP 2
+#endif
+// Rows per thread in the nd kernel for short rows (cugather/_family_plan.py
+// ND_SHORT_ROWS sizes the grid with it).
+#ifndef CG_ND_SHORT_RU
+#define CG_ND_SHORT_RU 2
 #endif
 
 namespace cg {
@@ -32,8 +38,10 @@ struct ElementsArgs {
     u64 total;
     i64 axis_len;
     i64 s_axis;   // bytes per step of an index value
-    u32 ndim;     // >= 1; the outermost dimension takes the quotient, no division
-    u32 pad;
+    u32 ndim;       // >= 1; the outermost dimension takes the quotient, no division
+    u32 col_tiles;  // 0: slots in flat order; else column tiles (see gather_elements)
+    u64 cols;       // column-tile order: units per row
+    u64 row_tiles;  // column-tile order: tiles of CG_ELEMENTS_ILP * blockDim.x / 32 rows
     Divisor dims[CG_MAX_DIMS];
     i64 strides[CG_MAX_DIMS];        // bytes
     u64 index_strides[CG_MAX_DIMS];  // index elements
@@ -76,11 +84,21 @@ struct NDCheckArgs {
 
 // ---------------------------------------------------------------------------
 // elements: one output unit per element slot, CG_ELEMENTS_ILP independent
-// slots per thread (strided by the block so that index loads and output
-// stores stay coalesced).  Each slot costs ndim - 1 fast_divmods, one index
-// load and one data load.  Units wider than an element occur when indices are
+// slots per thread.  Each slot costs ndim - 1 fast_divmods, one index load
+// and one data load.  Units wider than an element occur when indices are
 // broadcast over a contiguous run of data (take_along_axis with a size-1
 // index dimension).
+//
+// Slots are visited in one of two orders, uniform over the grid:
+//   flat         a block takes CG_ELEMENTS_ILP * blockDim.x consecutive
+//                slots, strided by the block (coalesced indices and output);
+//   column tiles the output as (rows, cols), cols the dimensions inside the
+//                gathered one: a warp takes 32 consecutive columns of one row,
+//                and consecutive blocks walk down the rows of one 32-column
+//                tile.  The blocks resident at a time then read a narrow band
+//                of columns from every table row they pick, so rows picked
+//                again hit L2 instead of DRAM (random picks along a leading
+//                axis of a table larger than L2).
 // ---------------------------------------------------------------------------
 template <class M>
 __device__ __forceinline__ void elements_offsets(const ElementsArgs& a, typename M::Ix t,
@@ -108,52 +126,89 @@ __device__ __forceinline__ void elements_offsets(const ElementsArgs& a, typename
     }
 }
 
+// Gather the slots t[k] with live[k]: every index and data load is issued
+// before the first store.
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void elements_slots(const ElementsArgs& a,
+                                               const typename M::Ix (&t)[CG_ELEMENTS_ILP],
+                                               const bool (&live)[CG_ELEMENTS_ILP])
+{
+    typedef typename M::Ix Ix;
+    const Idx* idx = (const Idx*)a.indices;
+    U* out = (U*)a.out;
+    i64 off[CG_ELEMENTS_ILP];
+    bool keep[CG_ELEMENTS_ILP];
+#pragma unroll
+    for (int k = 0; k < CG_ELEMENTS_ILP; ++k) {
+        off[k] = 0;
+        keep[k] = false;
+        if (live[k]) {
+            Ix ipos;
+            elements_offsets<M>(a, t[k], off[k], ipos);
+            i64 i = load_index(idx + ipos);
+            keep[k] = resolve<MODE>(i, a.axis_len);
+            if (keep[k]) off[k] += i * a.s_axis;  // discarded indices may be near 2^63
+        }
+    }
+    U v[CG_ELEMENTS_ILP];
+#pragma unroll
+    for (int k = 0; k < CG_ELEMENTS_ILP; ++k)
+        if (live[k]) v[k] = keep[k] ? __ldg((const U*)(a.data + off[k])) : fill_at<U>(a.fill, t[k]);
+#pragma unroll
+    for (int k = 0; k < CG_ELEMENTS_ILP; ++k)
+        if (live[k]) store_stream(out + t[k], v[k]);
+}
+
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_elements(const ElementsArgs& a)
 {
     typedef typename M::Ix Ix;
     const Ix total = (Ix)a.total;
     const Ix bs = (Ix)blockDim.x;
-    const Ix tile = bs * CG_ELEMENTS_ILP;
-    const Idx* idx = (const Idx*)a.indices;
-    U* out = (U*)a.out;
+    Ix t[CG_ELEMENTS_ILP];
+    bool live[CG_ELEMENTS_ILP];
 
-    for (Ix base = (Ix)blockIdx.x * tile + (Ix)threadIdx.x; base < total;
-         base += (Ix)gridDim.x * tile) {
-        i64 off[CG_ELEMENTS_ILP];
-        bool keep[CG_ELEMENTS_ILP];
+    if (a.col_tiles == 0) {
+        const Ix tile = bs * CG_ELEMENTS_ILP;
+        for (Ix base = (Ix)blockIdx.x * tile + (Ix)threadIdx.x; base < total;
+             base += (Ix)gridDim.x * tile) {
 #pragma unroll
-        for (int k = 0; k < CG_ELEMENTS_ILP; ++k) {
-            const Ix t = base + (Ix)k * bs;
-            off[k] = 0;
-            keep[k] = false;
-            if (t < total) {
-                Ix ipos;
-                elements_offsets<M>(a, t, off[k], ipos);
-                i64 i = load_index(idx + ipos);
-                keep[k] = resolve<MODE>(i, a.axis_len);
-                if (keep[k]) off[k] += i * a.s_axis;  // discarded indices may be near 2^63
+            for (int k = 0; k < CG_ELEMENTS_ILP; ++k) {
+                t[k] = base + (Ix)k * bs;
+                live[k] = t[k] < total;
             }
+            elements_slots<U, Idx, M, MODE>(a, t, live);
         }
-        U v[CG_ELEMENTS_ILP];
+        return;
+    }
+    // Column tiles (the last tile of rows and of columns may overhang).
+    const Ix cols = (Ix)a.cols;
+    const Ix rows = total / cols;  // once per thread
+    const Ix row_tiles = (Ix)a.row_tiles;
+    const Ix n_tiles = row_tiles * (Ix)a.col_tiles;
+    const Ix warps = bs >> 5;
+    const Ix lane = (Ix)threadIdx.x & 31;
+    const Ix warp = (Ix)threadIdx.x >> 5;
+    for (Ix b = blockIdx.x; b < n_tiles; b += gridDim.x) {
+        const Ix ct = b / row_tiles;  // once per tile of CG_ELEMENTS_ILP * bs slots
+        const Ix col = ct * 32 + lane;
+        const Ix row = (b - ct * row_tiles) * warps * CG_ELEMENTS_ILP + warp;
 #pragma unroll
         for (int k = 0; k < CG_ELEMENTS_ILP; ++k) {
-            const Ix t = base + (Ix)k * bs;
-            if (t < total) v[k] = keep[k] ? __ldg((const U*)(a.data + off[k])) : fill_at<U>(a.fill, t);
+            const Ix r = row + (Ix)k * warps;
+            live[k] = col < cols && r < rows;
+            t[k] = live[k] ? r * cols + col : 0;
         }
-#pragma unroll
-        for (int k = 0; k < CG_ELEMENTS_ILP; ++k) {
-            const Ix t = base + (Ix)k * bs;
-            if (t < total) out[t] = v[k];
-        }
+        elements_slots<U, Idx, M, MODE>(a, t, live);
     }
 }
 
 // ---------------------------------------------------------------------------
 // nd: GatherND as a row copy, tiled like the rows and chunks kernels of
 // gather.cuh.  A block is a (TX, TY) grid of threads; each thread moves CU
-// units of RU rows: short rows (up to 256 units) take CU = 1, RU = 4 and
-// several rows per block; long rows take CU = 4, RU = 1 and a (row x chunk)
+// units of RU rows: short rows (up to 256 units) take CU = 1,
+// RU = CG_ND_SHORT_RU (2; with 8 resident blocks it beat 1, 4 and 8 on H200)
+// and several rows per block; long rows take CU = 4, RU = 1 and a (row x chunk)
 // grid over blockIdx.y.  A row's source is resolved once per thread: ndim - 1
 // fast_divmods for its coordinates (slice dimensions outside the contiguous
 // run, then the batch dimensions) and m index loads, all issued before any
@@ -238,7 +293,7 @@ __device__ __forceinline__ void nd_tile(const NDArgs& a)
 #pragma unroll
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
-                    if (row < rows && u < units) dst[u] = v[kr][kc];
+                    if (row < rows && u < units) store_stream(dst + u, v[kr][kc]);
                 }
             }
         }
@@ -250,7 +305,7 @@ __device__ __forceinline__ void gather_nd(const NDArgs& a)
 {
     // Uniform across the grid, so the branch never diverges.
     if (a.tile_cu == 4) nd_tile<U, Idx, M, MODE, 4, 1>(a);
-    else nd_tile<U, Idx, M, MODE, 1, 4>(a);
+    else nd_tile<U, Idx, M, MODE, 1, CG_ND_SHORT_RU>(a);
 }
 
 // ---------------------------------------------------------------------------

@@ -53,6 +53,24 @@ def test_gather_elements_matches_numpy(dtype, index_dtype, mode, axis):
                 f"{dtype} {index_dtype} {mode} axis={axis}")
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "complex128"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape,idx_shape,axis", [
+    ((300, 70), (257, 70), 0),             # column tiles: a full and a partial tile of 32
+    ((7, 40, 129), (7, 33, 100), 1),       # 100 of 129 columns, several row tiles
+    ((2000, 2, 48), (1500, 2, 48), 0),     # columns over two merged dimensions
+    ((64, 300), (64, 200), 1),             # gathered axis innermost: flat order
+])
+def test_gather_elements_column_tiles_match_numpy(shape, idx_shape, axis, mode, dtype):
+    rng = _rng("el-tiles", shape, mode, dtype)
+    data = random_data(rng, shape, dtype)
+    idx = _indices(rng, idx_shape, shape[axis], "int64", mode)
+    got = cugather.gather_elements(cp.asarray(data), cp.asarray(idx), axis, mode=mode,
+                                   fill_value=1)
+    assert_same(got.get(), elements_ref(data, idx, axis, mode, fill_value=1),
+                f"{shape} {idx_shape} axis={axis} {mode} {dtype}")
+
+
 @pytest.mark.parametrize("view", sorted(VIEWS))
 @pytest.mark.parametrize("mode", MODES)
 def test_gather_elements_strided_data(view, mode):

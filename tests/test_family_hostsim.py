@@ -203,11 +203,35 @@ def test_every_elements_key(key):
     idx = _indices(rng, (4, 6, 3), 7, key.index_dtype, key.mode)
     if key.mode == "raise":
         idx[1, 2, 0] = -7  # the most negative valid value
-    got, plan = host_elements(data, idx, 1, key.mode, fill_value=1, math_name=key.math,
-                              max_grid=2)
-    assert plan.key == key, plan.describe()
-    _assert_same(got, elements_ref(data, idx, 1, key.mode, fill_value=1), key.entry)
+    for tiles in (False, True):
+        got, plan = host_elements(data, idx, 1, key.mode, fill_value=1, math_name=key.math,
+                                  max_grid=2, column_tiles=tiles)
+        assert plan.key == key and bool(plan.fields["col_tiles"]) == tiles, plan.describe()
+        _assert_same(got, elements_ref(data, idx, 1, key.mode, fill_value=1),
+                     f"{key.entry} column_tiles={tiles}")
     assert key in runner.executed_keys()
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("shape,idx_shape,axis", [
+    ((40, 70), (33, 70), 0),           # 70 columns: a full and a partial column tile
+    ((3, 9, 45), (3, 20, 40), 1),      # columns narrower in the output than in data
+    ((50, 2, 33), (17, 2, 33), 0),     # 66 columns over two merged dimensions
+    ((2, 40, 32), (2, 40, 32), 2),     # gathered axis innermost: flat order
+])
+def test_elements_column_tiles_match_flat_order(shape, idx_shape, axis, index_dtype):
+    rng = _seed("coltiles", shape, index_dtype)
+    data = runner.device_copy(random_data(rng, shape, "float32"))
+    for mode in MODES:
+        idx = _indices(rng, idx_shape, shape[axis], index_dtype, mode)
+        ref = elements_ref(data, idx, axis, mode, fill_value=1)
+        auto, plan = host_elements(data, idx, axis, mode, fill_value=1)
+        assert bool(plan.fields["col_tiles"]) == (axis != 2), plan.describe()
+        _assert_same(auto, ref, f"{shape} {mode} auto")
+        for grid in (1, 3):
+            got, _ = host_elements(data, idx, axis, mode, fill_value=1, max_grid=grid,
+                                   column_tiles=True)
+            _assert_same(got, ref, f"{shape} {mode} column tiles, grid {grid}")
 
 
 @pytest.mark.parametrize("key", [k for k in _family_keys() if k.kind == "nd"], ids=_key_id)
@@ -286,7 +310,8 @@ def test_gather_elements_random(seed):
         idx = _indices(rng, idx_shape, shape[axis], index_dtype, mode)
         ctx = f"shape={shape} {layout} {dtype} axis={axis} idx={idx.tolist()} mode={mode}"
         got, plan = host_elements(data, idx, axis, mode, fill_value=1, out_offset=seed % 3 * 8,
-                                  max_grid=int(rng.integers(1, 4)))
+                                  max_grid=int(rng.integers(1, 4)),
+                                  column_tiles=[None, True, False][seed % 3])
         _assert_same(got, elements_ref(data, idx, axis, mode, fill_value=1), ctx)
     idx = _indices(rng, idx_shape, shape[axis], index_dtype, "raise")
     if idx.size:

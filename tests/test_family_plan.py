@@ -91,6 +91,22 @@ def test_gather_elements_first_axis_is_one_divmod():
     assert p.check_fields == {"n": 300 * 64, "axis_len": 1000}
 
 
+def test_gather_elements_column_tiles_when_a_warp_of_columns_sits_inside_the_axis():
+    first = plan_elements(op((16384, 1024)), (4096, 1024), "int64", 0, "wrap")
+    assert first.fields["cols"] == 1024 and first.fields["col_tiles"] == 1024 // 32
+    assert first.fields["row_tiles"] == 4096 // 16  # 8 warps x 2 slots per tile
+    assert first.grid == (32 * 256, 1, 1) and "column tiles" in first.reason
+    # Columns stop at the gathered axis and at a broadcast data dimension.
+    mid = plan_elements(op((6, 50, 40)), (6, 7, 40), "int32", 1, "clip")
+    assert mid.fields["cols"] == 40 and mid.fields["row_tiles"] == -(-6 * 7 // 16)
+    last = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap")
+    narrow = plan_elements(op((1000, 31)), (300, 31), "int64", 0, "wrap")
+    for p in (last, narrow):
+        assert p.fields["col_tiles"] == 0 and "flat order" in p.reason, p.reason
+    forced = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap", column_tiles=True)
+    assert forced.fields["cols"] == 1 and forced.fields["row_tiles"] == 64 * 300 // 16
+
+
 def test_gather_elements_indices_smaller_than_data_keep_data_strides():
     p = plan_elements(op((10, 20, 30)), (4, 5, 6), "int64", 1, "clip")
     assert p.fields["ndim"] == 3
@@ -135,7 +151,7 @@ def test_nd_plan_rows_and_tiling():
     assert (p.key.unit, p.fields["units"], p.fields["rows"]) == (16, 32, 4096)
     assert p.fields["ndim"] == 1 and p.divisors() == {} and p.fields["m"] == 2
     assert p.fields["comp_strides"][:2] == [4 * 256 * 2, 256 * 2]
-    assert p.block == (32, 8, 1) and p.grid == (4096 // 32, 1, 1)
+    assert p.block == (32, 8, 1) and p.grid == (4096 // (8 * 2), 1, 1)  # 2 rows per thread
     big = plan_nd(op((100, 5000)), (7, 1), "int32", 0, "fill")
     assert big.fields["units"] == 1250 and big.fields["tile_cu"] == 4 and big.grid[1] >= 1
     assert big.block[0] * big.fields["tile_cu"] * big.grid[1] >= 1250

@@ -30,7 +30,10 @@ def _same(got, ref) -> bool:
 
 def _stats(times_ms, moved: int) -> dict:
     med = float(numpy.median(times_ms))
-    return {"ms": med, "gbps": moved / med / 1e6, "spread": float(numpy.std(times_ms) / med)}
+    st = {"ms": med, "gbps": moved / med / 1e6, "spread": float(numpy.std(times_ms) / med)}
+    if getattr(times_ms, "unheld", 0):
+        st["unheld"] = times_ms.unheld  # samples that include host time
+    return st
 
 
 def run_case(cp, case: Case, peers: dict, repeat: int) -> dict:
@@ -56,7 +59,7 @@ def run_case(cp, case: Case, peers: dict, repeat: int) -> dict:
     # The ceiling moves 2 x output bytes; compare effective rates.
     t = time_cupy(cp, copy, repeat)
     res["impl"]["copy"] = _stats(t, 2 * ref.nbytes)
-    res["impl"]["copy"]["how"] = "cudaMemcpyAsync device to device, CUDA events"
+    res["impl"]["copy"]["how"] = "cudaMemcpyAsync device to device, CUDA events, held stream"
 
     ops = {
         "cugather": cugather.GatherOp(case.axis, mode="wrap"),
@@ -80,8 +83,10 @@ def run_case(cp, case: Case, peers: dict, repeat: int) -> dict:
     for name, fn in impls.items():
         got = fn()
         res["checked"][name] = _same(got, ref)
-        res["impl"][name] = _stats(time_cupy(cp, fn, repeat), moved)
-        res["impl"][name]["how"] = "CUDA events on CuPy's stream"
+        held = name != "cugather_raise"  # raise mode synchronises with the host
+        res["impl"][name] = _stats(time_cupy(cp, fn, repeat, hold=held), moved)
+        res["impl"][name]["how"] = ("CUDA events on CuPy's stream, held stream" if held else
+                                    "CUDA events on CuPy's stream, includes the host read-back")
     if "torch" in peers:
         res["impl"]["torch.index_select"] = _torch(cp, peers["torch"], data, idx_pos, case, ref,
                                                    repeat, moved, res)
@@ -105,7 +110,7 @@ def _torch(cp, torch, data, idx, case, ref, repeat, moved, res):
     got = cp.from_dlpack(fn().contiguous())
     res["checked"]["torch.index_select"] = _same(got, ref)
     s = _stats(time_torch(torch, fn, repeat), moved)
-    s["how"] = "torch.cuda events on torch's current stream; non-negative indices"
+    s["how"] = "torch.cuda events on torch's current stream, held stream; non-negative indices"
     return s
 
 
@@ -201,7 +206,8 @@ def run_family_case(cp, c: dict, repeat: int) -> dict:
         res["impl"]["copy"] = _stats(time_cupy(cp, lambda: copy_fn(state), repeat), copy_bytes)
     runs = [("cugather", c["cugather"])] + list(c.get("variants", {}).items())
     for name, fn in runs + list(c["peers"].items()):
-        res["impl"][name] = _stats(time_cupy(cp, lambda: fn(state), repeat), c["bytes"])
+        held = name != "cugather_raise"  # raise mode synchronises with the host
+        res["impl"][name] = _stats(time_cupy(cp, lambda: fn(state), repeat, hold=held), c["bytes"])
     cg = res["impl"]["cugather"]["gbps"]
     peers = [k for k in c["peers"] if k in res["impl"]]
     for name, st in res["impl"].items():

@@ -2,10 +2,15 @@
 
 CuPy-stream implementations (the copy ceiling, cugather, cupy.take, the
 onnxruntime-style kernel) are timed with CUDA events around each call on
-CuPy's current stream.  torch runs on its own stream and is timed with
-torch.cuda events on that stream; JAX dispatches asynchronously on its own
-streams and is timed over many back-to-back calls closed by
-block_until_ready().
+CuPy's current stream; torch with torch.cuda events on torch's current
+stream.  Before each timed call a one-thread kernel holds the stream (it
+sleeps on the GPU's clock) until the start event, the call and the stop
+event are all queued, so the events bracket the GPU work of the call and
+not the host's time to validate arguments and launch; that host time is
+measured on its own (:func:`host_time`).  Calls that synchronise with the
+host (raise mode) cannot be held and are timed with plain events.  JAX
+dispatches asynchronously on its own streams and is timed over many
+back-to-back calls closed by block_until_ready().
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ import time
 
 import numpy
 
-__all__ = ["ORT_STYLE_SOURCE", "ort_style_kernel", "time_cupy", "time_torch", "time_jax",
-           "host_time"]
+__all__ = ["ORT_STYLE_SOURCE", "HOLD_SOURCE", "Samples", "ort_style_kernel", "time_cupy",
+           "time_torch", "time_jax", "host_time"]
 
 # One element per thread, 256 threads, two 32-bit fast_divmods, int32
 # offsets, negative indices wrapped once and anything else read as 0 --
@@ -81,33 +86,99 @@ def ort_style_kernel(cp, itemsize: int, index_dtype: str):
     return run
 
 
-def time_cupy(cp, fn, repeat: int, warmup: int = 3) -> list:
-    """Milliseconds per call, CUDA events around each call on CuPy's stream."""
-    for _ in range(warmup):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeat)]
-    for start, stop in events:
-        start.record()
-        fn()
-        stop.record()
-    events[-1][1].synchronize()
-    return [cp.cuda.get_elapsed_time(a, b) for a, b in events]
+# One thread that sleeps until ``ns`` nanoseconds of the GPU's global timer
+# have passed: it keeps the stream busy while the host queues a timed call.
+HOLD_SOURCE = r"""
+extern "C" __global__ void cg_bench_hold(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+"""
+
+_hold: dict = {}
+_HOLD_MAX_S = 0.05
 
 
-def time_torch(torch, fn, repeat: int, warmup: int = 3) -> list:
-    """Milliseconds per call, torch.cuda events on torch's current stream."""
+class Samples(list):
+    """Milliseconds per call; ``unheld`` counts samples whose call was queued
+    after the holding kernel had finished (they include host time)."""
+
+    unheld = 0
+    held = True
+
+
+def _hold_kernel(cp):
+    dev = cp.cuda.Device().id
+    if dev not in _hold:
+        _hold[dev] = cp.RawKernel(HOLD_SOURCE, "cg_bench_hold")
+    return _hold[dev]
+
+
+def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launch_hold):
+    """The timing loop shared by :func:`time_cupy` and :func:`time_torch`."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(repeat)]
-    for start, stop in events:
-        start.record()
+    synchronize()
+    samples = Samples()
+    samples.held = hold
+    if hold:
+        t0 = time.perf_counter()
         fn()
-        stop.record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in events]
+        host_s = time.perf_counter() - t0
+        synchronize()
+        hold_s = min(max(4 * host_s, 100e-6), _HOLD_MAX_S)
+    for _ in range(repeat):
+        for _attempt in range(6):
+            start, stop = event(), event()
+            if hold:
+                launch_hold(int(hold_s * 1e9))
+            start.record()
+            fn()
+            stop.record()
+            # The hold still running now means nothing queued after it could start early.
+            late = hold and is_done(start)
+            stop.synchronize()
+            if not late:
+                break
+            hold_s = min(2 * hold_s, _HOLD_MAX_S)
+        else:
+            samples.unheld += 1
+        samples.append(elapsed(start, stop))
+    return samples
+
+
+def time_cupy(cp, fn, repeat: int, warmup: int = 3, hold: bool = True) -> Samples:
+    """Milliseconds per call: CUDA events around each call on CuPy's stream,
+    queued behind a holding kernel unless ``hold`` is False."""
+    stream = cp.cuda.get_current_stream()
+
+    def launch_hold(ns):
+        _hold_kernel(cp)((1,), (1,), (numpy.uint64(ns),))
+
+    return _timed(fn, repeat, warmup, hold, cp.cuda.Event, cp.cuda.get_elapsed_time,
+                  lambda e: e.done, stream.synchronize, launch_hold)
+
+
+def time_torch(torch, fn, repeat: int, warmup: int = 3, hold: bool = True) -> Samples:
+    """Milliseconds per call: torch.cuda events on torch's current stream,
+    queued behind a holding kernel (launched there through CuPy)."""
+    import cupy as cp
+
+    ts = torch.cuda.current_stream()
+    ext = cp.cuda.ExternalStream(ts.cuda_stream)
+
+    def launch_hold(ns):
+        with ext:
+            _hold_kernel(cp)((1,), (1,), (numpy.uint64(ns),))
+
+    return _timed(fn, repeat, warmup, hold, lambda: torch.cuda.Event(enable_timing=True),
+                  lambda a, b: a.elapsed_time(b), lambda e: e.query(), torch.cuda.synchronize,
+                  launch_hold)
 
 
 def time_jax(fn, repeat: int, warmup: int = 3, batches: int = 5) -> list:
