@@ -53,9 +53,9 @@ KIND_SPECS = {
 }
 _FAMILY_HEADERS = ("common.cuh", "gather_family.cuh")
 KIND_SPECS.update({
+    # 16-byte units take 6: at 8 (32 registers) they would spill.
     "elements": _KindSpec("gather.cu.j2", "gather_elements", "ElementsArgs", _FAMILY_HEADERS,
-                          lambda key: 8 if key.math == "fast32" else 4),
-    # nd with 16-byte units: 6, its long-row branch (4 x 16 B per thread) would spill at 8.
+                          lambda key: 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8),
     "nd": _KindSpec("gather.cu.j2", "gather_nd", "NDArgs", _FAMILY_HEADERS,
                     lambda key: 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8),
     "check_nd": _KindSpec("gather.cu.j2", "check_nd", "NDCheckArgs", _FAMILY_HEADERS),
