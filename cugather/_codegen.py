@@ -44,8 +44,10 @@ KIND_SPECS = {
     # Minimum resident blocks cap registers (65536 / (256 * blocks)) where that
     # costs no spills (checked by the NVRTC tier): more threads, more loads in flight.
     "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS,
-                      lambda key: 2 if key.math != "fast32" else 5 if key.unit >= 8 else 8),
-    "chunks": _KindSpec("gather.cu.j2", "gather_chunks", "GatherArgs", _GATHER_HEADERS),
+                      lambda key: (2 if key.math != "fast32" else 6 if key.unit == 16
+                                   else 5 if key.unit == 8 else 8)),
+    "chunks": _KindSpec("gather.cu.j2", "gather_chunks", "GatherArgs", _GATHER_HEADERS,
+                        lambda key: 8 if key.math == "fast32" else 1),
     "scalar": _KindSpec("gather.cu.j2", "gather_scalar", "GatherArgs", _GATHER_HEADERS),
     "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS, 4),
     "elem": _KindSpec("gather.cu.j2", "gather_elem", "ElemArgs", _GATHER_HEADERS),
