@@ -206,7 +206,7 @@ __device__ __forceinline__ void gather_elements(const ElementsArgs& a)
 // Loads of GatherND slices.  With CG_ND_SLICE_NO_L1 (the default) slices of
 // two units or more skip L1 allocation (ld.global.nc.L1::no_allocate):
 // measured on H200, +4% on 1 KB slices, +14% on 128 B slices.  (The rows
-// kernels of gather.cuh measured the opposite, -3% to -25%, and keep
+// kernels of gather.cuh measured the opposite, 0% to -26%, and keep
 // __ldg; so do single-unit picks, where L1 serves repeated sectors.)
 #ifndef CG_ND_SLICE_NO_L1
 #define CG_ND_SLICE_NO_L1 1
