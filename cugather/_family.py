@@ -17,8 +17,8 @@ from . import _arrays
 from ._arrays import cupy_module
 from ._compiler import load_kernel
 from ._family_plan import FamilyPlan
-from ._gather import CacheInfo, _Device, _fill_key, _ready
-from ._launch import BoundKernel, fill_words, first_bad_position
+from ._gather import CacheInfo, _fill_key, _ready, launch_checked
+from ._launch import BoundKernel, fill_words
 
 __all__ = ["Bound", "bound_for", "run", "cache_info", "cache_clear", "fill_key"]
 
@@ -109,23 +109,6 @@ def run(bound: Bound, data, indices, out, stream, device: int):
                            cp.cuda.get_current_stream().ptr if stream is None
                            else _arrays.stream_pointer(stream))
         return out
-    with _Device(device):
-        if out is None:
-            out = cp.ndarray(bound.out_shape, data.dtype)
-        else:
-            _arrays.check_out(out, bound.out_shape, data.dtype, device,
-                              {"data": data, "indices": indices})
-        sptr = _arrays.stream_pointer(stream)
-        if bound.check is not None:
-            pos = _first_bad(bound.check, indices, sptr)
-            if pos is not None:
-                value = int(indices.reshape(-1)[pos].get())
-                raise bound.plan.index_error(pos, value, indices.shape)
-        if bound.main is not None:
-            bound.main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr, sptr)
-    return out
-
-
-def _first_bad(check: BoundKernel, indices, sptr: int):
-    """Flat position of the first out-of-range index value, or None."""
-    return first_bad_position(check, indices.data.ptr, sptr)
+    return launch_checked(bound.main, bound.check, bound.out_shape, data, indices, out, stream,
+                          device, lambda pos: bound.plan.index_error(
+                              pos, int(indices.reshape(-1)[pos].get()), indices.shape))

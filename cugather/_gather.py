@@ -276,29 +276,44 @@ class GatherOp:
         if not indices.flags.c_contiguous:
             with cp.cuda.Device(device):
                 indices = cp.ascontiguousarray(indices).reshape(indices.shape)
-        with _Device(device):
-            if out is None:
-                out = cp.ndarray(bound.out_shape, data.dtype)
-            else:
-                _arrays.check_out(out, bound.out_shape, data.dtype, device,
-                                  {"data": data, "indices": indices})
-            sptr = _arrays.stream_pointer(stream)
-            if bound.check is not None:
-                self._check(bound, indices, sptr)
-            if bound.gather is not None:
-                bound.gather.launch((data.data.ptr, indices.data.ptr, out.data.ptr), sptr)
-        return out
+        return launch_checked(bound.gather, bound.check, bound.out_shape, data, indices, out,
+                              stream, device, lambda pos: _index_error(bound.plan, indices, pos))
 
-    def _check(self, bound: _Bound, indices, sptr: int) -> None:
-        pos = first_bad_position(bound.check, indices.data.ptr, sptr)
-        if pos is not None:
-            plan = bound.plan
-            value = int(indices.reshape(-1)[pos].get())
-            where = tuple(int(i) for i in numpy.unravel_index(pos, indices.shape))
-            n = plan.axis_len
-            raise IndexError(
-                f"index {value} is out of bounds for axis {plan.axis} with size {n} "
-                f"(at indices{list(where)}; valid range [{-n}, {n - 1}])")
+
+def _index_error(plan, indices, pos: int) -> IndexError:
+    """The IndexError for the out-of-range index at flat position ``pos``."""
+    value = int(indices.reshape(-1)[pos].get())
+    where = tuple(int(i) for i in numpy.unravel_index(pos, indices.shape))
+    n = plan.axis_len
+    return IndexError(
+        f"index {value} is out of bounds for axis {plan.axis} with size {n} "
+        f"(at indices{list(where)}; valid range [{-n}, {n - 1}])")
+
+
+def launch_checked(main, check, out_shape, data, indices, out, stream, device: int, bad_index):
+    """Everything a launch needs beyond the cached fast path, for every op.
+
+    Makes ``device`` current, allocates ``out`` (or checks the caller's), runs
+    the raise-mode bounds ``check`` when there is one -- raising
+    ``bad_index(pos)`` for the first bad flat position, before anything is
+    written -- then launches ``main``, whose argument block leads with the
+    data, indices and out pointers.  Returns ``out``.
+    """
+    cp = cupy_module()
+    with _Device(device):
+        if out is None:
+            out = cp.ndarray(out_shape, data.dtype)
+        else:
+            _arrays.check_out(out, out_shape, data.dtype, device,
+                              {"data": data, "indices": indices})
+        sptr = _arrays.stream_pointer(stream)
+        if check is not None:
+            pos = first_bad_position(check, indices.data.ptr, sptr)
+            if pos is not None:
+                raise bad_index(pos)
+        if main is not None:
+            main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr, sptr)
+    return out
 
 
 def _contiguous_copy(data, device: int):
