@@ -109,7 +109,6 @@ class Samples(list):
     after the holding kernel had finished (they include host time)."""
 
     unheld = 0
-    held = True
 
 
 def _hold_kernel(cp):
@@ -125,7 +124,6 @@ def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launc
         fn()
     synchronize()
     samples = Samples()
-    samples.held = hold
     if hold:
         t0 = time.perf_counter()
         fn()
@@ -140,7 +138,8 @@ def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launc
             start.record()
             fn()
             stop.record()
-            # The hold still running now means nothing queued after it could start early.
+            # A start event already passed means the hold ended before the call was
+            # fully queued, so the sample may include host time: hold longer, retry.
             late = hold and is_done(start)
             stop.synchronize()
             if not late:
