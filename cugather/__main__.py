@@ -16,7 +16,7 @@ _COMMANDS = {
     "bench": ("cugather.bench", "benchmark against the copy ceiling and the peers"),
     "info": ("cugather._cli_jit", "versions, GPU and kernel cache"),
     "cache": ("cugather._cli_jit", "list, show or clear compiled kernels"),
-    "inspect": ("cugather._cli_jit", "plan, source and ptxas report of one gather"),
+    "inspect": ("cugather._cli_inspect", "plan, source and ptxas report of one gather"),
 }
 
 

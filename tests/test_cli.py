@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather import _cli_jit, _compiler, jit
+from cugather import _cli_format, _cli_inspect, _disasm, jit
 from cugather.__main__ import main
 from cugather._env import no_gpu_reason
 from cugather._fastdiv import make_divisor
@@ -43,12 +43,12 @@ def _no_tools(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.delenv("CUDA_HOME", raising=False)
-    monkeypatch.setattr(jit, "_wheel_bin_folders", lambda: [])
+    monkeypatch.setattr(_disasm, "_wheel_bin_folders", lambda: [])
 
 
 # ---------------------------------------------------------------- pure
 def test_table_aligns_columns():
-    text = _cli_jit._table(["NAME", "REGS", "STATE"],
+    text = _cli_format._table(["NAME", "REGS", "STATE"],
                            [["a_long_name", 48, "current"], ["b", None, "stale"]], right=(1,))
     lines = text.splitlines()
     assert lines == ["NAME         REGS  STATE",
@@ -57,8 +57,8 @@ def test_table_aligns_columns():
 
 
 def test_shape_and_dtype_arguments_are_checked(capsys):
-    assert _cli_jit._shape("1000,128") == (1000, 128)
-    assert _cli_jit._shape("(7,)") == (7,) and _cli_jit._shape("") == ()
+    assert _cli_inspect._shape("1000,128") == (1000, 128)
+    assert _cli_inspect._shape("(7,)") == (7,) and _cli_inspect._shape("") == ()
     for argv in (["inspect", "--shape", "a,b"], ["inspect", "--dtype", "floaty"],
                  ["inspect", "--index-dtype", "int16"], ["inspect", "--ptx", "--sass"],
                  ["cache", "show"]):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather import _codegen, _compiler, jit
+from cugather import _codegen, _compiler, _disasm, jit
 from cugather._keys import KernelKey
 
 ROWS = KernelKey("rows", 16, "int64", "fast32", "raise")
@@ -131,10 +131,10 @@ def test_sass_without_a_disassembler_says_what_is_missing(monkeypatch, tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.delenv("CUDA_HOME", raising=False)
-    monkeypatch.setattr(jit, "_wheel_bin_folders", lambda: [])
+    monkeypatch.setattr(_disasm, "_wheel_bin_folders", lambda: [])
     assert jit.find_disassembler() is None
     with pytest.raises(jit.SassUnavailableError, match="nvdisasm .* was not found on PATH"):
-        jit._disassemble(b"\x7fELF", "cugather_x")
+        _disasm.disassemble(b"\x7fELF", "cugather_x")
 
 
 # ---------------------------------------------------------------- nvrtc
@@ -460,7 +460,7 @@ def test_sass_runs_the_disassembler_on_the_whole_cubin(monkeypatch, tmp_path):
         script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/bin{os.pathsep}/usr/bin")
     monkeypatch.setenv("CG_FAKE_COPY", str(tmp_path / "copy.cubin"))
-    monkeypatch.setattr(jit, "_wheel_bin_folders", lambda: [])
+    monkeypatch.setattr(_disasm, "_wheel_bin_folders", lambda: [])
     for var in ("CUDA_PATH", "CUDA_HOME"):  # a real toolkit must not stand in for the fakes
         monkeypatch.delenv(var, raising=False)
     assert jit.find_disassembler() == ("cuobjdump", str(bin_dir / "cuobjdump"))
