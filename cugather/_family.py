@@ -17,8 +17,8 @@ from . import _arrays
 from ._arrays import cupy_module
 from ._compiler import load_kernel
 from ._family_plan import FamilyPlan
-from ._gather import CacheInfo, _fill_key, _ready, launch_checked
-from ._launch import BoundKernel, fill_words
+from ._gather import CacheInfo, _fill_key
+from ._launch import BoundKernel, _ready, fill_words, launch_checked
 
 __all__ = ["Bound", "bound_for", "run", "cache_info", "cache_clear", "fill_key"]
 

@@ -25,7 +25,7 @@ __all__ = ["FamilyPlan", "plan_elements", "plan_nd", "elements_shape", "along_ax
 
 ELEMENTS_ILP = 2   # CG_ELEMENTS_ILP
 ELEMENTS_TILE_COLS = 32  # columns of a column tile: one warp
-ND_SHORT_ROWS = 2  # CG_ND_SHORT_RU: rows per thread of the nd kernel for rows of up to MAX_THREADS units
+ND_SHORT_ROWS = 2  # CG_ND_SHORT_RU: rows per thread of the nd kernel, rows of <= MAX_THREADS units
 ND_LONG_UNITS = 4  # units per thread of the nd kernel for longer rows
 CHECK_GRID_MAX = 4096
 

@@ -18,9 +18,8 @@ import numpy
 
 from . import _arrays
 from ._arrays import GATHER_MODES, TAKE_MODES, alignment, cupy_module
-
 from ._compiler import load_kernel
-from ._launch import BoundKernel, fill_words, first_bad_position
+from ._launch import BoundKernel, _ready, fill_words, launch_checked
 from ._plan import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
 
 __all__ = ["GatherOp", "gather", "take", "CacheInfo"]
@@ -42,10 +41,11 @@ class _Fast:
         cls.get_device = cp.cuda.runtime.getDevice
         cls.current_stream = cp.cuda.get_current_stream
         return cls
+
+
 _live_ops = weakref.WeakSet()  # every GatherOp, so jit.cache_clear() can reach their plans
 _live_lock = threading.Lock()
 _limits: dict = {}
-_ready = threading.local()  # devices whose context this thread has made current
 
 
 def _device_limits(device: int) -> DeviceLimits:
@@ -57,33 +57,6 @@ def _device_limits(device: int) -> DeviceLimits:
                            max_shared_mem=attrs["MaxSharedMemoryPerBlock"])
         _limits[device] = lim
     return lim
-
-
-class _Device:
-    """Make ``device`` current (and its context initialised) for a launch."""
-
-    __slots__ = ("device", "previous")
-
-    def __init__(self, device: int):
-        self.device = device
-        self.previous = None
-
-    def __enter__(self):
-        rt = cupy_module().cuda.runtime
-        current = rt.getDevice()
-        if current != self.device:
-            self.previous = current
-            rt.setDevice(self.device)
-        ready = getattr(_ready, "devices", None)
-        if ready is None:
-            ready = _ready.devices = set()
-        if self.device not in ready:
-            rt.free(0)  # the driver API launch needs the primary context current
-            ready.add(self.device)
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            cupy_module().cuda.runtime.setDevice(self.previous)
 
 
 class _Bound:
@@ -288,32 +261,6 @@ def _index_error(plan, indices, pos: int) -> IndexError:
     return IndexError(
         f"index {value} is out of bounds for axis {plan.axis} with size {n} "
         f"(at indices{list(where)}; valid range [{-n}, {n - 1}])")
-
-
-def launch_checked(main, check, out_shape, data, indices, out, stream, device: int, bad_index):
-    """Everything a launch needs beyond the cached fast path, for every op.
-
-    Makes ``device`` current, allocates ``out`` (or checks the caller's), runs
-    the raise-mode bounds ``check`` when there is one -- raising
-    ``bad_index(pos)`` for the first bad flat position, before anything is
-    written -- then launches ``main``, whose argument block leads with the
-    data, indices and out pointers.  Returns ``out``.
-    """
-    cp = cupy_module()
-    with _Device(device):
-        if out is None:
-            out = cp.ndarray(out_shape, data.dtype)
-        else:
-            _arrays.check_out(out, out_shape, data.dtype, device,
-                              {"data": data, "indices": indices})
-        sptr = _arrays.stream_pointer(stream)
-        if check is not None:
-            pos = first_bad_position(check, indices.data.ptr, sptr)
-            if pos is not None:
-                raise bad_index(pos)
-        if main is not None:
-            main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr, sptr)
-    return out
 
 
 def _contiguous_copy(data, device: int):

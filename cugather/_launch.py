@@ -2,7 +2,10 @@
 
 The argument block is a NumPy structured array built once per plan; a call
 writes the pointers into it and hands its address to ``cuLaunchKernel``, which
-copies the parameters at launch, so the block can be reused at once.
+copies the parameters at launch, so the block can be reused at once.  Calls
+off the cached fast path go through :func:`launch_checked`: the device made
+current, the output allocated or checked, the raise-mode bounds check, then
+the launch.
 """
 
 from __future__ import annotations
@@ -11,13 +14,18 @@ import threading
 
 import numpy
 
+from . import _arrays
+from ._arrays import cupy_module
 from ._fastdiv import Divisor
 from ._layout import POINTER_FIELDS, new_args
 
-__all__ = ["BoundKernel", "pack_fields", "fill_words", "first_bad_position", "NO_BAD"]
+__all__ = ["BoundKernel", "pack_fields", "fill_words", "first_bad_position", "launch_checked",
+           "NO_BAD"]
 
 #: What a bounds-check kernel leaves in its flag when every index is valid.
 NO_BAD = (1 << 64) - 1
+
+_ready = threading.local()  # devices whose context this thread has made current
 
 
 def _divisor_tuple(d: Divisor):
@@ -107,3 +115,56 @@ def first_bad_position(check: BoundKernel, indices_ptr: int, stream_ptr: int):
     rt.streamSynchronize(stream_ptr)
     pos = int(host[0])
     return None if pos == NO_BAD else pos
+
+
+class _Device:
+    """Make ``device`` current (and its context initialised) for a launch."""
+
+    __slots__ = ("device", "previous")
+
+    def __init__(self, device: int):
+        self.device = device
+        self.previous = None
+
+    def __enter__(self):
+        rt = cupy_module().cuda.runtime
+        current = rt.getDevice()
+        if current != self.device:
+            self.previous = current
+            rt.setDevice(self.device)
+        ready = getattr(_ready, "devices", None)
+        if ready is None:
+            ready = _ready.devices = set()
+        if self.device not in ready:
+            rt.free(0)  # the driver API launch needs the primary context current
+            ready.add(self.device)
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            cupy_module().cuda.runtime.setDevice(self.previous)
+
+
+def launch_checked(main, check, out_shape, data, indices, out, stream, device: int, bad_index):
+    """Everything a launch needs beyond the cached fast path, for every op.
+
+    Makes ``device`` current, allocates ``out`` (or checks the caller's), runs
+    the raise-mode bounds ``check`` when there is one -- raising
+    ``bad_index(pos)`` for the first bad flat position, before anything is
+    written -- then launches ``main``, whose argument block leads with the
+    data, indices and out pointers.  Returns ``out``.
+    """
+    cp = cupy_module()
+    with _Device(device):
+        if out is None:
+            out = cp.ndarray(out_shape, data.dtype)
+        else:
+            _arrays.check_out(out, out_shape, data.dtype, device,
+                              {"data": data, "indices": indices})
+        sptr = _arrays.stream_pointer(stream)
+        if check is not None:
+            pos = first_bad_position(check, indices.data.ptr, sptr)
+            if pos is not None:
+                raise bad_index(pos)
+        if main is not None:
+            main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr, sptr)
+    return out
