@@ -54,12 +54,17 @@ KIND_SPECS = {
     "check": _KindSpec("gather.cu.j2", "check_indices", "CheckArgs", _GATHER_HEADERS),
 }
 _FAMILY_HEADERS = ("common.cuh", "gather_family.cuh")
-KIND_SPECS.update({
+
+
+def _family_min_blocks(key: KernelKey) -> int:
     # 16-byte units take 6: at 8 (32 registers) they would spill.
+    return 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8
+
+
+KIND_SPECS.update({
     "elements": _KindSpec("gather.cu.j2", "gather_elements", "ElementsArgs", _FAMILY_HEADERS,
-                          lambda key: 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8),
-    "nd": _KindSpec("gather.cu.j2", "gather_nd", "NDArgs", _FAMILY_HEADERS,
-                    lambda key: 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8),
+                          _family_min_blocks),
+    "nd": _KindSpec("gather.cu.j2", "gather_nd", "NDArgs", _FAMILY_HEADERS, _family_min_blocks),
     "check_nd": _KindSpec("gather.cu.j2", "check_nd", "NDCheckArgs", _FAMILY_HEADERS),
 })
 

@@ -19,3 +19,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {_GPU}"))
         if "nvrtc" in item.keywords and _NVRTC is not None:
             item.add_marker(pytest.mark.skip(reason=_NVRTC))
+
+
+@pytest.fixture
+def private_kernel_cache(tmp_path, monkeypatch):
+    """A private CUPY_CACHE_DIR and empty in-process caches; yields cugather's folder."""
+    from cugather import jit
+
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "kernel_cache"))
+    jit.cache_clear()
+    yield tmp_path / "kernel_cache" / "cugather"
+    jit.cache_clear()

@@ -20,11 +20,8 @@ CHECK = KernelKey("check", 0, "int64", "fast64", "raise")
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "kernel_cache"))
-    jit.cache_clear()
-    yield tmp_path / "kernel_cache" / "cugather"
-    jit.cache_clear()
+def cache(private_kernel_cache):
+    return private_kernel_cache
 
 
 def run(capsys, *argv):

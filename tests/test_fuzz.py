@@ -313,7 +313,9 @@ def _hostsim_runner():
     return runner
 
 
-def hostsim_run(runner, case: Case) -> tuple:
+def _host_outcome(runner, case: Case, call) -> tuple:
+    """(data, seen indices, Outcome) of ``call(data, seen)`` on host copies of the
+    case's operands, with the bytes of both before and after."""
     base = runner.device_copy(case.data_base_array())  # 256-byte aligned, as on a GPU
     ibase = case.index_base_array()
     base_before, ibase_before = base.tobytes(), ibase.tobytes()
@@ -321,15 +323,20 @@ def hostsim_run(runner, case: Case) -> tuple:
     _, seen = host_indices(case, ibase)
     result = error = None
     try:
-        if case.op == "take":
-            result = runner.host_take(data, seen, case.axis, case.mode)
-        else:
-            result = runner.host_gather(data, seen, case.axis, case.mode, case.fill_value)
+        result = call(data, seen)
     except IndexError as e:  # judged by check(); anything else fails the test
         error = e
     unchanged = {"data": (base_before, base.tobytes()),
                  "indices": (ibase_before, ibase.tobytes())}
     return data, seen, Outcome(result, error, unchanged)
+
+
+def hostsim_run(runner, case: Case) -> tuple:
+    def call(data, seen):
+        if case.op == "take":
+            return runner.host_take(data, seen, case.axis, case.mode)
+        return runner.host_gather(data, seen, case.axis, case.mode, case.fill_value)
+    return _host_outcome(runner, case, call)
 
 
 @pytest.mark.hostsim
@@ -354,25 +361,14 @@ def _hostsim_family():
 def hostsim_family_run(family, case: Case) -> tuple:
     from hostsim import runner
 
-    base = runner.device_copy(case.data_base_array())
-    ibase = case.index_base_array()
-    base_before, ibase_before = base.tobytes(), ibase.tobytes()
-    data = case.data(base)
-    _, seen = host_indices(case, ibase)
-    result = error = None
-    try:
+    def call(data, seen):
         if case.op == "elements":
-            result, _ = family.host_elements(data, seen, case.axis, case.mode, case.fill_value)
-        elif case.op == "along":
+            return family.host_elements(data, seen, case.axis, case.mode, case.fill_value)[0]
+        if case.op == "along":
             a, axis = (data.reshape(-1), 0) if case.flat() else (data, case.axis)
-            result, _ = family.host_elements(a, seen, axis, "raise", 0, broadcast=True)
-        else:
-            result, _ = family.host_nd(data, seen, case.axis, case.mode, case.fill_value)
-    except IndexError as e:  # judged by check(); anything else fails the test
-        error = e
-    unchanged = {"data": (base_before, base.tobytes()),
-                 "indices": (ibase_before, ibase.tobytes())}
-    return data, seen, Outcome(result, error, unchanged)
+            return family.host_elements(a, seen, axis, "raise", 0, broadcast=True)[0]
+        return family.host_nd(data, seen, case.axis, case.mode, case.fill_value)[0]
+    return _host_outcome(runner, case, call)
 
 
 @pytest.mark.hostsim

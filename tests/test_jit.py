@@ -24,12 +24,8 @@ SCALAR = KernelKey("scalar", 4, "int32", "fast32", "wrap")
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    """A private CUPY_CACHE_DIR and empty in-process caches; yields cugather's folder."""
-    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "kernel_cache"))
-    jit.cache_clear()
-    yield tmp_path / "kernel_cache" / "cugather"
-    jit.cache_clear()
+def cache(private_kernel_cache):
+    return private_kernel_cache
 
 
 def _compiles():
