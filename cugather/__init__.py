@@ -10,11 +10,11 @@ disk.  Importing the package touches no GPU.
 """
 
 from ._version import __version__
-from ._gather import CacheInfo, GatherOp, gather, take
-from ._plan import GatherPlan
+from .ops.gather import CacheInfo, GatherOp, gather, take
+from .plan.gather import GatherPlan
 from . import jit  # inspect and control compiled kernels
-from ._elements import gather_elements, take_along_axis
-from ._nd import gather_nd
+from .ops.elements import gather_elements, take_along_axis
+from .ops.nd import gather_nd
 
 __all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo",
            "gather_elements", "take_along_axis", "gather_nd", "jit"]

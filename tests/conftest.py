@@ -2,7 +2,7 @@
 
 import pytest
 
-from cugather._env import no_gpu_reason, nvrtc_available
+from cugather.env import no_gpu_reason, nvrtc_available
 
 _GPU = no_gpu_reason()
 _NVRTC = nvrtc_available()

@@ -55,7 +55,7 @@ def require_free(nbytes: int, device: int = 0) -> None:
 
 
 def require_gpus(n: int) -> None:
-    from cugather._env import gpu_count
+    from cugather.env import gpu_count
 
     have = gpu_count()
     if have < n:

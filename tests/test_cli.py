@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather import _cli_format, _cli_inspect, _disasm, jit
-from cugather.__main__ import main
-from cugather._env import no_gpu_reason
-from cugather._fastdiv import make_divisor
-from cugather._keys import KernelKey
+from cugather import jit
+from cugather.cli import format as _cli_format, inspect as _cli_inspect
+from cugather.inspect import disasm as _disasm
+from cugather.cli.main import main
+from cugather.env import no_gpu_reason
+from cugather.plan.fastdiv import make_divisor
+from cugather.plan.keys import KernelKey
 
 ROWS = KernelKey("rows", 16, "int64", "fast32", "raise")
 CHECK = KernelKey("check", 0, "int64", "fast64", "raise")
@@ -258,7 +260,7 @@ def test_module_entry_point_runs_in_a_fresh_process(cache):
 def test_info_and_inspect_on_a_gpu(capsys):
     import cupy
 
-    from cugather._compiler import arch_for_device
+    from cugather.compile.compiler import arch_for_device
 
     code, doc, _ = run_json(capsys, "info")
     assert code == 0 and len(doc["gpus"]) == cupy.cuda.runtime.getDeviceCount()

@@ -249,7 +249,7 @@ def test_out_argument():
 
 
 def test_stream_and_cache():
-    from cugather import _family
+    from cugather.runtime import family as _family
 
     d = cp.arange(1000, dtype=cp.float32).reshape(10, 100)
     idx = cp.asarray(np.arange(10 * 7).reshape(10, 7) % 100)
@@ -293,7 +293,7 @@ def test_argument_errors():
 
 def test_bench_family_quick_cases_agree_and_run():
     """Each quick benchmark case checks cugather against its peers in setup."""
-    from cugather import bench_family
+    from cugather.bench import family as bench_family
 
     rng = cp.random.default_rng(1)
     for case in bench_family.cases(quick=True):

@@ -14,12 +14,12 @@ import zlib
 import numpy as np
 import pytest
 
-from cugather._arrays import fill_bytes
-from cugather._family_plan import along_axis_shape, elements_shape, plan_elements, plan_nd
-from cugather._keys import all_kernel_keys
-from cugather._launch import fill_words, pack_fields
-from cugather._layout import POINTER_FIELDS, new_args
-from cugather._plan import Operand, alignment_of, normalize_axis
+from cugather.validate import fill_bytes
+from cugather.plan.family import along_axis_shape, elements_shape, plan_elements, plan_nd
+from cugather.plan.keys import all_kernel_keys
+from cugather.runtime.launch import fill_words, pack_fields
+from cugather.plan.layout import POINTER_FIELDS, new_args
+from cugather.plan.gather import Operand, alignment_of, normalize_axis
 from test_family_reference import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 runner = pytest.importorskip("hostsim.runner", reason="tests/hostsim is not available")
@@ -58,7 +58,7 @@ def _launch(key, args_type, fields, pointers, grid, block, readable, writable):
 
 
 def run_plan(plan, data, indices, out, fill_value=0):
-    """What cugather._family.run does: bounds check (raise mode), then the gather."""
+    """What cugather.runtime.family.run does: bounds check (raise mode), then the gather."""
     if plan.check_key is not None:
         flag = np.full(1, NO_BAD, np.uint64)
         _launch(plan.check_key, plan.check_args_type, plan.check_fields,

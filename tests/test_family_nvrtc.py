@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from cugather import _compiler
-from cugather._codegen import render
-from cugather._keys import all_kernel_keys
+from cugather.compile import compiler as _compiler
+from cugather.compile.render import render
+from cugather.plan.keys import all_kernel_keys
 
 pytestmark = pytest.mark.nvrtc
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather._family_plan import (along_axis_shape, elements_shape, merge_dims, nd_shape,
+from cugather.plan.family import (along_axis_shape, elements_shape, merge_dims, nd_shape,
                                    plan_elements, plan_nd)
-from cugather._fastdiv import fast_div
-from cugather._keys import KernelKey, all_kernel_keys
-from cugather._plan import Operand, alignment_of
+from cugather.plan.fastdiv import fast_div
+from cugather.plan.keys import KernelKey, all_kernel_keys
+from cugather.plan.gather import Operand, alignment_of
 from test_family_reference import elements_ref, nd_ref
 
 AxisError = getattr(getattr(np, "exceptions", np), "AxisError")

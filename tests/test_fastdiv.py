@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cugather._fastdiv import MAX_OPERAND, fast_div, make_divisor
+from cugather.plan.fastdiv import MAX_OPERAND, fast_div, make_divisor
 
 
 def _quotients(n: np.ndarray, d: int, bits: int) -> np.ndarray:

@@ -292,7 +292,7 @@ def test_gpu_fuzz_reached_every_kernel_kind():
     if _GPU_RUNS[0] < 500:
         pytest.skip(f"needs test_gpu_fuzz to run first with >= 500 examples "
                     f"(ran {_GPU_RUNS[0]})")
-    from cugather._codegen import KIND_SPECS
+    from cugather.compile.render import KIND_SPECS
 
     gather_kinds = {k for k, spec in KIND_SPECS.items()
                     if spec.args_type in ("GatherArgs", "ElemArgs")}

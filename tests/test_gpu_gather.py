@@ -64,9 +64,9 @@ def test_forced_variants(kind, math_name, mode):
 
 def _run_plan(op, data, idx, plan):
     """Launch a given (forced) plan through the library's own binding path."""
-    from cugather._compiler import load_kernel
-    from cugather._launch import BoundKernel, fill_words
-    from cugather._arrays import fill_bytes
+    from cugather.compile.compiler import load_kernel
+    from cugather.runtime.launch import BoundKernel, fill_words
+    from cugather.validate import fill_bytes
 
     out = cp.empty(plan.out_shape, data.dtype)
     dev = data.data.device_id

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cugather._codegen import KIND_SPECS
-from cugather._keys import KernelKey, all_kernel_keys
-from cugather._layout import ARGS_DTYPES, new_args
+from cugather.compile.render import KIND_SPECS
+from cugather.plan.keys import KernelKey, all_kernel_keys
+from cugather.plan.layout import ARGS_DTYPES, new_args
 from hostsim import build, keycases, runner
 from hostsim.cases import Case, random_cases
 from reference import assert_same, random_data

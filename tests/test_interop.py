@@ -47,7 +47,7 @@ def test_torch_tensors_are_read_in_place(route):
     torch = g.torch_cuda()
     cp = g.cp()
     import cugather
-    from cugather import _arrays
+    from cugather import validate as _arrays
 
     table = torch.randn(4096, 1024, device="cuda")  # 16 MiB
     idx = torch.randint(-4096, 4096, (100,), device="cuda")
@@ -153,7 +153,7 @@ def _on(device, fn):
 def test_arrays_on_a_second_gpu_compile_and_run_there():
     g.require_gpus(2)
     cp = g.cp()
-    from cugather import _compiler
+    from cugather.compile import compiler as _compiler
 
     rng = np.random.default_rng(3)
     host = g.host_arrays(rng, "float32")

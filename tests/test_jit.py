@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather import _codegen, _compiler, _disasm, jit
-from cugather._keys import KernelKey
+from cugather import jit
+from cugather.inspect import api as _api
+from cugather.compile import compiler as _compiler, render as _codegen
+from cugather.inspect import disasm as _disasm
+from cugather.plan.keys import KernelKey
 
 ROWS = KernelKey("rows", 16, "int64", "fast32", "raise")
 CHECK = KernelKey("check", 0, "int64", "fast64", "raise")
@@ -38,18 +41,18 @@ def _compiles():
 def test_unit_defaults_to_widest_power_of_two_dividing_the_itemsize(dtype):
     itemsize = np.dtype(dtype).itemsize
     expected = min(16, itemsize & -itemsize)  # lowest set bit, capped at the widest unit
-    assert jit._unit(dtype, None) == expected
+    assert _api._unit(dtype, None) == expected
 
 
 def test_explicit_unit_overrides_dtype_and_is_checked():
-    assert jit._unit("float16", 16) == 16
-    assert jit._unit(None, 1) == 1
+    assert _api._unit("float16", 16) == 16
+    assert _api._unit(None, 1) == 1
     with pytest.raises(ValueError, match=r"unit must be one of .*got 3"):
-        jit._unit("float32", 3)
+        _api._unit("float32", 3)
     with pytest.raises(ValueError, match="dtype is None"):
-        jit._unit(None, None)
+        _api._unit(None, None)
     with pytest.raises(ValueError, match="dtype must be a NumPy dtype, got 'nope'"):
-        jit._unit("nope", None)
+        _api._unit("nope", None)
 
 
 def test_compile_names_the_bad_argument():
@@ -88,7 +91,7 @@ def test_cache_clear_disk_removes_cugather_files_only(cache):
     assert not any(p.exists() for p in ours)
     assert all(p.exists() for p in theirs)
     with pytest.raises(ValueError, match="refusing to delete"):
-        jit._remove_disk_entries([str(theirs[0])])
+        _api._remove_disk_entries([str(theirs[0])])
     assert theirs[0].exists()
 
 
@@ -101,7 +104,7 @@ def test_cache_clear_reaches_every_live_op_and_keeps_none_alive():
     cleared = jit.cache_clear()
     assert cleared.plans >= 4
     assert [op.cache_info() for op in ops] == [cugather.CacheInfo(0, 0, 256, 0)] * 2
-    from cugather._gather import _live_ops
+    from cugather.ops.gather import _live_ops
 
     alive = len(_live_ops)
     del ops, op  # the loop variable holds the last one
@@ -239,8 +242,9 @@ def test_cache_clear_disk_then_recompiles(cache):
 
 _WARM_SCRIPT = textwrap.dedent("""
     import json
-    from cugather import _compiler, jit
-    from cugather._keys import KernelKey
+    from cugather import jit
+    from cugather.compile import compiler as _compiler
+    from cugather.plan.keys import KernelKey
     infos = [jit.compile("rows", "float16", "int64", unit=16),
              jit.compile("check", None, "int64"),
              jit.compile_key(KernelKey("scalar", 4, "int32", "fast32", "wrap"), arch="sm_80")]
@@ -488,8 +492,8 @@ def _table(cp, rows=1000, cols=128, dtype="float16"):
 
 @pytest.mark.gpu
 def test_kernels_after_a_real_gather_carry_function_attributes(cp):
-    from cugather._compiler import arch_for_device
-    from cugather._plan import MAX_THREADS
+    from cugather.compile.compiler import arch_for_device
+    from cugather.plan.gather import MAX_THREADS
 
     host, idx, table, d_idx = _table(cp)
     got = cugather.gather(table, d_idx, axis=0)
@@ -544,7 +548,7 @@ _GPU_WARM_SCRIPT = textwrap.dedent("""
     import numpy as np
     import cupy
     import cugather
-    from cugather import _compiler
+    from cugather.compile import compiler as _compiler
     host = np.arange(1000 * 64, dtype=np.float32).reshape(1000, 64)
     idx = np.array([3, -1, 999, 0, 512] * 100, dtype=np.int64)
     got = cugather.gather(cupy.asarray(host), cupy.asarray(idx), axis=0).get()

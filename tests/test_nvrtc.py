@@ -1,7 +1,7 @@
 """NVRTC tier: every kernel key the library can produce, rendered and compiled for
 sm_75, sm_80 and sm_90 without a GPU: no error, no warning, no register spills.
 
-The keys come from ``cugather._keys.all_kernel_keys()``, so a new variant is
+The keys come from ``cugather.plan.keys.all_kernel_keys()``, so a new variant is
 covered as soon as the library can produce it.  Compilation runs once per
 architecture on a thread pool (NVRTC releases the GIL); each key and
 architecture is then its own test, reporting the key and the NVRTC log.
@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cugather._codegen import render
-from cugather._compiler import CompileError, compile_source
-from cugather._keys import all_kernel_keys
+from cugather.compile.render import render
+from cugather.compile.compiler import CompileError, compile_source
+from cugather.plan.keys import all_kernel_keys
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
 KEYS = list(all_kernel_keys())

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather._fastdiv import fast_div
-from cugather._plan import DeviceLimits, Operand, _collapse, plan_gather, unit_for
+from cugather.plan.fastdiv import fast_div
+from cugather.plan.gather import DeviceLimits, Operand, _collapse, plan_gather, unit_for
 from reference import gather_ref, random_data, random_indices
 
 
@@ -37,7 +37,7 @@ def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
 
 
 def test_row_kernels_cover_rows_and_units():
-    from cugather._plan import _row_split, _rows_cu as cu_rows
+    from cugather.plan.gather import _row_split, _rows_cu as cu_rows
 
     for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 1024, 1025, 4096, 100000):
         p = plan_of(((40, cols), "f4"), (7,))

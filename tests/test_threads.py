@@ -46,7 +46,8 @@ def _cases():
 def test_eight_threads_share_kernels_and_plans(tmp_path, monkeypatch):
     cp = g.cp()
     import cugather
-    from cugather import _compiler, jit
+    from cugather import jit
+    from cugather.compile import compiler as _compiler
 
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path))  # an empty disk cache
     cases = _cases()

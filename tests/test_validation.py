@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather import _arrays
+from cugather import validate as _arrays
 
 AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
@@ -60,7 +60,7 @@ def test_index_dtype_promotion(dtype, expect):
 
 
 def test_bool_indices_accepted_by_take_semantics():
-    op = cugather._gather._shared_op(0, "raise", "raise", 0, True)
+    op = cugather.ops.gather._shared_op(0, "raise", "raise", 0, True)
     assert op.plan(((3,), "f4"), ((2,), "bool")).key.index_dtype == "int32"
 
 

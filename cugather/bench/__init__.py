@@ -54,7 +54,7 @@ def _versions(cp) -> dict:
          "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
          "driver": cp.cuda.runtime.driverGetVersion()}
     from .. import __version__
-    from .._compiler import nvrtc_version
+    from ..compile.compiler import nvrtc_version
 
     v["cugather"] = __version__
     v["nvrtc"] = ".".join(map(str, nvrtc_version()))
@@ -67,7 +67,7 @@ def _versions(cp) -> dict:
 
 
 def run(args) -> int:
-    from .._env import no_gpu_reason
+    from ..env import no_gpu_reason
 
     reason = no_gpu_reason()
     if reason is not None:
@@ -128,7 +128,7 @@ def _load_peers(enabled: bool) -> dict:
 
 def _family(cp, quick, repeat, peers):
     try:
-        from .. import bench_family
+        from . import family as bench_family
     except ImportError:
         return []
     from .measure import run_family_case

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cugather._codegen import KIND_SPECS, render
-from cugather._keys import KernelKey, all_kernel_keys
+from cugather.compile.render import KIND_SPECS, render
+from cugather.plan.keys import KernelKey, all_kernel_keys
 
 __all__ = ["compiler", "no_compiler_reason", "group_of", "Library", "library_for",
            "load_source", "translation_unit", "launcher", "prebuild", "cache_dir",

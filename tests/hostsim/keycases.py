@@ -16,7 +16,7 @@ from __future__ import annotations
 import zlib
 from typing import Callable
 
-from cugather._keys import KernelKey
+from cugather.plan.keys import KernelKey
 
 from .cases import Case, fill_for
 

@@ -4,7 +4,7 @@ Two levels:
 
 * :func:`launch` runs one kernel key over a grid with an argument block packed
   exactly as the library packs it (a size-1 NumPy structured array of
-  ``cugather._layout.ARGS_DTYPES[...]``, pointers set to host addresses).
+  ``cugather.plan.layout.ARGS_DTYPES[...]``, pointers set to host addresses).
 * :func:`host_gather` / :func:`host_take` mirror ``GatherOp.__call__`` (plan,
   bind, raise-mode check, gather) with NumPy arrays in place of CuPy ones and
   return the result as a NumPy array.
@@ -24,12 +24,12 @@ from typing import Optional
 import numpy
 
 from cugather import GatherOp
-from cugather._arrays import TAKE_MODES, _index_dtype, check_mode, fill_bytes
-from cugather._codegen import KIND_SPECS
-from cugather._keys import KernelKey
-from cugather._launch import fill_words, pack_fields
-from cugather._layout import ARGS_DTYPES, POINTER_FIELDS, new_args
-from cugather._plan import GatherPlan
+from cugather.validate import TAKE_MODES, _index_dtype, check_mode, fill_bytes
+from cugather.compile.render import KIND_SPECS
+from cugather.plan.keys import KernelKey
+from cugather.runtime.launch import fill_words, pack_fields
+from cugather.plan.layout import ARGS_DTYPES, POINTER_FIELDS, new_args
+from cugather.plan.gather import GatherPlan
 
 from . import build
 
@@ -158,11 +158,11 @@ def launch(key: KernelKey, args: numpy.ndarray, grid, block, shared_mem: int = 0
     Parameters
     ----------
     key : KernelKey
-        Any key whose kind is in ``cugather._codegen.KIND_SPECS``; its group's
+        Any key whose kind is in ``cugather.compile.render.KIND_SPECS``; its group's
         library is built on first use (:func:`build.prebuild` builds them all).
     args : numpy.ndarray
         Size-1 structured array of the kind's argument dtype
-        (``cugather._layout.ARGS_DTYPES``), pointers set to host addresses.
+        (``cugather.plan.layout.ARGS_DTYPES``), pointers set to host addresses.
     grid, block : tuple of 3 ints
         As given to ``cuLaunchKernel``; checked against CUDA's limits.
     shared_mem : int

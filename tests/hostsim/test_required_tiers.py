@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from cugather._env import nvrtc_available
+from cugather.env import nvrtc_available
 
 from . import build
 

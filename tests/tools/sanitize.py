@@ -15,7 +15,7 @@ Two ways to use it (from the repository root, on a machine with a GPU)::
     python tests/tools/sanitize.py --list
     python tests/tools/sanitize.py --plan-only
 
-The workload enumerates ``cugather._keys.all_kernel_keys()``.  For each kernel
+The workload enumerates ``cugather.plan.keys.all_kernel_keys()``.  For each kernel
 (kind x unit width x index dtype x index math x mode) it searches a small set
 of geometries for ones whose plan, with the kind, index math and grid forced
 the way the tests force them (``GatherOp._force`` for Gather/take, the
@@ -237,9 +237,9 @@ class GatherRunner(Runner):
 
 class FamilyRunner(Runner):
     def plan(self):
-        from cugather._arrays import alignment
-        from cugather._family_plan import plan_elements, plan_nd
-        from cugather._plan import Operand
+        from cugather.validate import alignment
+        from cugather.plan.family import plan_elements, plan_nd
+        from cugather.plan.gather import Operand
 
         d = self.data
         op = Operand(d.shape, d.strides, d.itemsize, alignment(_ptr(d)))
@@ -250,7 +250,7 @@ class FamilyRunner(Runner):
                        self.key.mode, **self.force())
 
     def run(self, out):
-        from cugather import _family
+        from cugather.runtime import family as _family
 
         device = self.data.data.device_id
         bound = _family._bind(self.plan(), device, self.fill, self.data.dtype)
@@ -272,7 +272,7 @@ class Tally:
 
 
 def target_keys(kinds=None, shared_only=False):
-    from cugather._keys import all_kernel_keys
+    from cugather.plan.keys import all_kernel_keys
 
     keys = [k for k in all_kernel_keys() if k.unit]  # bounds checks run with raise mode
     if kinds:
@@ -370,7 +370,7 @@ def _out_shape(kind, host, idx, geo):
 
 
 def workload(args) -> int:
-    from cugather._env import no_gpu_reason
+    from cugather.env import no_gpu_reason
 
     reason = no_gpu_reason()
     if reason is not None:
@@ -378,7 +378,7 @@ def workload(args) -> int:
         return 2
     cp = _cp()
     import cugather
-    from cugather import _compiler
+    from cugather.compile import compiler as _compiler
 
     cp.cuda.set_allocator(None)  # one cudaMalloc per array: memcheck sees exact bounds
     keys = target_keys(args.kinds, args.shared_only)

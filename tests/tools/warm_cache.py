@@ -26,7 +26,7 @@ if ROOT not in sys.path:
 
 def _compile(args):
     key, arch = args
-    from cugather import _compiler
+    from cugather.compile import compiler as _compiler
 
     before = _compiler.stats()["compiles"]
     ck = _compiler.compile_key(key, arch)
@@ -34,8 +34,8 @@ def _compile(args):
 
 
 def device_archs() -> list:
-    from cugather._compiler import arch_for_device
-    from cugather._env import gpu_count
+    from cugather.compile.compiler import arch_for_device
+    from cugather.env import gpu_count
 
     return sorted({arch_for_device(d) for d in range(gpu_count())})
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--arch", action="append", help="target (default: every visible GPU's)")
     args = p.parse_args(argv)
 
-    from cugather._keys import all_kernel_keys
+    from cugather.plan.keys import all_kernel_keys
 
     archs = args.arch or device_archs()
     if not archs:
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
             compiled += n
             cached += n == 0
     seconds = time.perf_counter() - start
-    from cugather._compiler import cache_dir
+    from cugather.compile.compiler import cache_dir
 
     print(f"warm_cache: {len(work)} kernels for {', '.join(archs)} in {seconds:.1f} s "
           f"({compiled} compiled, {cached} already on disk) -> {cache_dir()}")

@@ -14,10 +14,10 @@ import threading
 
 import numpy
 
-from . import _arrays
-from ._arrays import cupy_module
-from ._fastdiv import Divisor
-from ._layout import POINTER_FIELDS, new_args
+from .. import validate as _arrays
+from ..validate import cupy_module
+from ..plan.fastdiv import Divisor
+from ..plan.layout import POINTER_FIELDS, new_args
 
 __all__ = ["BoundKernel", "pack_fields", "fill_words", "first_bad_position", "launch_checked",
            "NO_BAD"]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, _family
-from ._arrays import GATHER_MODES, cupy_module
-from ._family_plan import plan_nd
-from ._plan import Operand
+from .. import validate as _arrays
+from ..runtime import family as _family
+from ..validate import GATHER_MODES, cupy_module
+from ..plan.family import plan_nd
+from ..plan.gather import Operand
 
 __all__ = ["gather_nd"]
 

@@ -20,11 +20,11 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from ._codegen import Source, render, sources_digest
-from ._diskcache import (ENTRY_SUFFIX, cache_dir, disk_entries, entry_path, load_entry,
+from .render import Source, render, sources_digest
+from .diskcache import (ENTRY_SUFFIX, cache_dir, disk_entries, entry_path, load_entry,
                          read_entry, write_entry)
-from ._keys import KernelKey
-from ._nvrtc import (BASE_OPTIONS, CacheEntryError, CacheWarning, CompiledKernel, CompileError,
+from ..plan.keys import KernelKey
+from .nvrtc import (BASE_OPTIONS, CacheEntryError, CacheWarning, CompiledKernel, CompileError,
                      _as_bytes, _nvrtc, _whole_cubin, elf_extent, nvrtc_options, nvrtc_version,
                      parse_ptxas)
 

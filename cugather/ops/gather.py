@@ -16,11 +16,11 @@ from typing import Optional
 
 import numpy
 
-from . import _arrays
-from ._arrays import GATHER_MODES, TAKE_MODES, alignment, cupy_module
-from ._compiler import load_kernel
-from ._launch import BoundKernel, _ready, fill_words, launch_checked
-from ._plan import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
+from .. import validate as _arrays
+from ..validate import GATHER_MODES, TAKE_MODES, alignment, cupy_module
+from ..compile.compiler import load_kernel
+from ..runtime.launch import BoundKernel, _ready, fill_words, launch_checked
+from ..plan.gather import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
 
 __all__ = ["GatherOp", "gather", "take", "CacheInfo"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import _compiler
-from ._compiler import CompiledKernel
-from ._disasm import disassemble
-from ._keys import KernelKey
+from ..compile import compiler as _compiler
+from ..compile.compiler import CompiledKernel
+from .disasm import disassemble
+from ..plan.keys import KernelKey
 
 __all__ = ["KernelInfo", "FUNCTION_ATTRIBUTES"]
 

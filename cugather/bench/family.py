@@ -137,8 +137,8 @@ def _random(cp, rng, shape, dtype):
 # ---------------------------------------------------------------- gather_elements
 def _elements_case(name, shape, dtype, idx_shape, axis, index_dtype="int64", note=""):
     import cugather
-    from . import _elements
-    from ._family_plan import along_axis_shape
+    from ..ops import elements as _elements
+    from ..plan.family import along_axis_shape
 
     out_shape = tuple(max(n, k) if d != axis else k
                       for d, (n, k) in enumerate(zip(shape, idx_shape)))

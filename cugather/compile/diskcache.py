@@ -17,10 +17,10 @@ import warnings
 from dataclasses import asdict, replace
 from typing import Optional
 
-from ._codegen import KIND_SPECS, Source
-from ._keys import KernelKey
-from ._nvrtc import BASE_OPTIONS, CacheEntryError, CacheWarning, CompiledKernel, nvrtc_version
-from ._version import __version__
+from .render import KIND_SPECS, Source
+from ..plan.keys import KernelKey
+from .nvrtc import BASE_OPTIONS, CacheEntryError, CacheWarning, CompiledKernel, nvrtc_version
+from .._version import __version__
 
 __all__ = ["ENTRY_SUFFIX", "cache_dir", "entry_path", "disk_entries", "read_entry",
            "write_entry", "load_entry"]

@@ -13,12 +13,12 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
-from . import _arrays
-from ._arrays import cupy_module
-from ._compiler import load_kernel
-from ._family_plan import FamilyPlan
-from ._gather import CacheInfo, _fill_key
-from ._launch import BoundKernel, _ready, fill_words, launch_checked
+from .. import validate as _arrays
+from ..validate import cupy_module
+from ..compile.compiler import load_kernel
+from ..plan.family import FamilyPlan
+from ..ops.gather import CacheInfo, _fill_key
+from .launch import BoundKernel, _ready, fill_words, launch_checked
 
 __all__ = ["Bound", "bound_for", "run", "cache_info", "cache_clear", "fill_key"]
 

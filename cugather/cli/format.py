@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import jit
+from .. import jit
 
 
 def _table(headers, rows, right=()) -> str:

@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._codegen import Source
-from ._keys import KernelKey
+from .render import Source
+from ..plan.keys import KernelKey
 
 __all__ = ["BASE_OPTIONS", "CompileError", "CacheWarning", "CacheEntryError",
            "CompiledKernel", "nvrtc_version", "nvrtc_options", "parse_ptxas", "elf_extent"]

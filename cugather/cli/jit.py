@@ -11,10 +11,11 @@ import time
 
 import numpy
 
-from . import jit
-from ._cli_format import (_cuda_version, _emit_json, _error, _json_flag, _listing, _ms, _pairs,
+from .. import jit
+from ..inspect import api as _api
+from .format import (_cuda_version, _emit_json, _error, _json_flag, _listing, _ms, _pairs,
                           _print_listing, _size, _table)
-from ._version import __version__
+from .._version import __version__
 
 
 # ---------------------------------------------------------------- info
@@ -25,8 +26,8 @@ def add_info_arguments(p) -> None:
 def _info() -> dict:
     import platform
 
-    from . import _compiler
-    from ._env import no_gpu_reason, nvrtc_available
+    from ..compile import compiler as _compiler
+    from ..env import no_gpu_reason, nvrtc_available
 
     d = {"cugather": __version__, "python": platform.python_version(),
          "numpy": numpy.__version__, "cupy": None, "cuda_runtime": None, "cuda_driver": None,
@@ -61,7 +62,7 @@ def _info() -> dict:
 def _gpus(with_nvrtc: bool) -> list:
     import cupy
 
-    from ._compiler import arch_for_device
+    from ..compile.compiler import arch_for_device
 
     gpus = []
     for i in range(cupy.cuda.runtime.getDeviceCount()):
@@ -155,7 +156,7 @@ def _spill(info) -> str:
 
 
 def run_cache(args) -> int:
-    from . import _compiler
+    from ..compile import compiler as _compiler
 
     if args.action == "clear":
         return _cache_clear(args)
@@ -228,11 +229,11 @@ def _cache_show(args, entries) -> int:
 
 
 def _cache_clear(args) -> int:
-    from . import _compiler
+    from ..compile import compiler as _compiler
 
     if args.stale:
         doomed = [e.path for e in jit.disk_kernels() if e.state != "current"]
-        removed = jit._remove_disk_entries(doomed)
+        removed = _api._remove_disk_entries(doomed)
     else:
         removed = jit.cache_clear(disk=True).disk_entries
     if args.json:

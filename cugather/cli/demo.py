@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-from ._env import no_gpu_reason, nvrtc_available
+from ..env import no_gpu_reason, nvrtc_available
 
 
 def add_arguments(p) -> None:
@@ -37,7 +37,7 @@ def _median_ms(fn, repeat=50):
 
 
 def run(args) -> int:
-    from ._gather import GatherOp
+    from ..ops.gather import GatherOp
 
     dtype = numpy.dtype(args.dtype)
     op = GatherOp(axis=0, mode=args.mode)
@@ -54,14 +54,14 @@ def run(args) -> int:
 
 
 def _show_kernel(plan) -> int:
-    from ._codegen import render
+    from ..compile.render import render
 
     print(render(plan.key).text)
     why = nvrtc_available()
     if why is not None:
         print(f"({why}; install cugather[cuda12] to compile it here)")
         return 0
-    from ._compiler import compile_key
+    from ..compile.compiler import compile_key
 
     ck = compile_key(plan.key, "sm_90", use_disk=False)
     print(f"NVRTC sm_90: {ck.registers} registers, {ck.spill_stores} B spill stores, "

@@ -7,8 +7,8 @@ import argparse
 
 import numpy
 
-from . import jit
-from ._cli_format import _emit_json, _error, _json_flag, _listing, _ms, _print_listing, _table
+from .. import jit
+from .format import _emit_json, _error, _json_flag, _listing, _ms, _print_listing, _table
 
 GATHER_MODES = ("raise", "wrap", "clip", "fill")
 
@@ -58,10 +58,10 @@ def add_inspect_arguments(p) -> None:
 
 
 def _default_arch() -> str:
-    from ._env import no_gpu_reason
+    from ..env import no_gpu_reason
 
     if no_gpu_reason() is None:
-        from ._compiler import arch_for_device
+        from ..compile.compiler import arch_for_device
 
         return arch_for_device(0)
     return "sm_90"
@@ -89,8 +89,8 @@ def _plan_dict(plan) -> dict:
 
 
 def run_inspect(args) -> int:
-    from ._compiler import CompileError
-    from ._gather import GatherOp
+    from ..compile.compiler import CompileError
+    from ..ops.gather import GatherOp
 
     call = (f"gather(data {args.shape} {args.dtype}, indices {args.indices_shape} "
             f"{args.index_dtype}, axis={args.axis}, mode={args.mode!r})")

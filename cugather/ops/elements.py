@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy
 
-from . import _arrays, _family
-from ._arrays import GATHER_MODES, cupy_module
-from ._family_plan import along_axis_shape, elements_shape, plan_elements
-from ._plan import Operand, normalize_axis
+from .. import validate as _arrays
+from ..runtime import family as _family
+from ..validate import GATHER_MODES, cupy_module
+from ..plan.family import along_axis_shape, elements_shape, plan_elements
+from ..plan.gather import Operand, normalize_axis
 
 __all__ = ["gather_elements", "take_along_axis"]
 

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._fastdiv import MAX_OPERAND, Divisor, make_divisor
-from ._keys import KernelKey
-from ._layout import MAX_DIMS
+from .fastdiv import MAX_OPERAND, Divisor, make_divisor
+from .keys import KernelKey
+from .layout import MAX_DIMS
 
 __all__ = ["Operand", "DeviceLimits", "GatherPlan", "plan_gather", "normalize_axis", "unit_for"]
 

@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._fastdiv import MAX_OPERAND, make_divisor
-from ._keys import KernelKey
-from ._layout import MAX_DIMS
-from ._plan import GRID_X_MAX, GRID_YZ_MAX, MAX_THREADS, Operand, unit_for
+from .fastdiv import MAX_OPERAND, make_divisor
+from .keys import KernelKey
+from .layout import MAX_DIMS
+from .gather import GRID_X_MAX, GRID_YZ_MAX, MAX_THREADS, Operand, unit_for
 
 __all__ = ["FamilyPlan", "plan_elements", "plan_nd", "elements_shape", "along_axis_shape",
            "nd_shape", "merge_dims", "ELEMENTS_ILP"]

@@ -15,9 +15,9 @@ from importlib import resources
 
 import jinja2
 
-from ._keys import KernelKey
-from ._layout import ARGS_DTYPES, layout_of
-from ._version import __version__
+from ..plan.keys import KernelKey
+from ..plan.layout import ARGS_DTYPES, layout_of
+from .._version import __version__
 
 __all__ = ["Source", "render", "sources_digest", "header_names"]
 

@@ -1,0 +1,344 @@
+"""See and control what cugather compiled: kernels, their cost, the caches.
+
+Every function here works without a GPU (NVRTC is enough), except that CUDA
+function attributes are only known for kernels loaded on a device.
+
+Example (no GPU needed)::
+
+    from cugather import jit
+    info = jit.compile("rows", "float16", "int64", unit=16, arch="sm_90")
+    info.registers, info.spill_bytes     # the ptxas report
+    print(info.ptx)                      # also info.source, info.cubin, info.sass
+    jit.cache_info()                     # hits, misses, compiles, disk entries
+
+Caches, outermost first: each :class:`~cugather.GatherOp` keeps per-shape
+plans holding bound kernels; this process keeps compiled binaries and loaded
+modules; cugather's folder ``$CUPY_CACHE_DIR/cugather`` (default
+``~/.cupy/kernel_cache/cugather``) keeps binaries across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy
+
+from ..compile import render as _codegen
+from ..compile import compiler as _compiler
+from ..compile.compiler import CacheWarning, CompiledKernel, CompileError
+from .disasm import SassUnavailableError, find_disassembler
+from .kernel_info import FUNCTION_ATTRIBUTES, KernelInfo
+from ..plan.keys import INDEX_DTYPES, KINDS, UNITS, KernelKey
+from ..plan.gather import unit_for
+
+__all__ = [
+    "CacheInfo", "Cleared", "KernelInfo", "DiskEntry", "SassUnavailableError",
+    "CacheWarning", "CompileError", "cache_info", "kernels", "compile", "compile_key",
+    "cache_clear", "disk_kernels", "find_disassembler", "supported_archs",
+]
+
+CacheInfo = namedtuple(
+    "CacheInfo",
+    "hits misses disk_hits compiles compile_seconds in_memory cache_dir disk_entries disk_bytes")
+CacheInfo.__doc__ = """Kernel-cache statistics of this process and of the disk cache.
+
+hits, misses : lookups answered from memory / that went to disk or NVRTC
+disk_hits : misses answered by the disk cache
+compiles, compile_seconds : NVRTC runs of this process and their total time
+in_memory : compiled kernels held by this process
+cache_dir : cugather's folder in CuPy's cache directory
+disk_entries, disk_bytes : cugather kernel files in it and their total size
+"""
+
+Cleared = namedtuple("Cleared", "kernels plans disk_entries")
+Cleared.__doc__ = "What :func:`cache_clear` dropped: kernels, plans and disk files."
+
+
+# ---------------------------------------------------------------- in process
+def cache_info() -> CacheInfo:
+    """Counters of this process and the contents of the disk cache."""
+    s = _compiler.stats()
+    paths = _compiler.disk_entries()
+    size = 0
+    for p in paths:
+        try:
+            size += os.path.getsize(p)
+        except OSError:  # removed meanwhile
+            pass
+    return CacheInfo(s["hits"], s["misses"], s["disk_hits"], s["compiles"],
+                     s["compile_seconds"], len(_compiler.compiled_kernels()),
+                     _compiler.cache_dir(), len(paths), size)
+
+
+def kernels() -> list:
+    """Every kernel this process compiled or loaded, as :class:`KernelInfo`.
+
+    A kernel loaded on a device appears once per device, with its CUDA
+    function attributes; one compiled but not loaded (for instance by
+    :func:`compile`) appears once with ``device=None``.  Sorted by entry name.
+    """
+    infos, loaded = [], set()
+    for lk in _compiler.loaded_kernels():
+        infos.append(KernelInfo.from_compiled(lk.compiled, lk.device, _attributes(lk)))
+        loaded.add(id(lk.compiled))
+    infos += [KernelInfo.from_compiled(ck) for ck in _compiler.compiled_kernels()
+              if id(ck) not in loaded]
+    return sorted(infos, key=lambda i: (i.entry, i.arch, -1 if i.device is None else i.device))
+
+
+def _attributes(lk) -> dict:
+    import cupy
+    from cupy.cuda import driver
+
+    with cupy.cuda.Device(lk.device):
+        return {name: driver.funcGetAttribute(getattr(driver, enum), lk.function.ptr)
+                for name, enum in FUNCTION_ATTRIBUTES.items()}
+
+
+def cache_clear(disk: bool = False) -> Cleared:
+    """Forget cugather's compiled kernels, every GatherOp's plans and the plans of
+    gather_elements / take_along_axis / gather_nd.
+
+    Parameters
+    ----------
+    disk : bool
+        Also delete cugather's kernel files (``*.cgk`` in
+        ``$CUPY_CACHE_DIR/cugather``, and temp files of interrupted writes).
+        Nothing else of CuPy's cache is touched.
+
+    Returns
+    -------
+    Cleared
+        Numbers of in-process kernels, plans and disk files dropped.
+
+    Notes
+    -----
+    The counters of :func:`cache_info` restart from zero and rendered sources
+    are re-read (so an edited header takes effect).  Arrays already returned,
+    and launches in flight, are unaffected.
+    """
+    from ..runtime import family as _family
+    from ..ops.gather import _clear_plan_caches
+
+    plans = _clear_plan_caches() + _family.cache_clear()
+    n_kernels = len({id(ck) for ck in _compiler.compiled_kernels()}
+                    | {id(lk.compiled) for lk in _compiler.loaded_kernels()})
+    _compiler.clear()
+    _codegen.render.cache_clear()
+    _codegen.sources_digest.cache_clear()
+    removed = _remove_disk_entries(_disk_files()) if disk else 0
+    return Cleared(n_kernels, plans, removed)
+
+
+def _disk_files() -> list:
+    """cugather's entries plus temp files that interrupted writes left behind."""
+    folder = _compiler.cache_dir()
+    try:
+        temps = [os.path.join(folder, n) for n in os.listdir(folder) if _is_temp(n)]
+    except OSError:
+        temps = []
+    return _compiler.disk_entries() + sorted(temps)
+
+
+def _is_temp(name: str) -> bool:
+    return name.startswith(".cgk-") and name.endswith(".tmp")
+
+
+def _remove_disk_entries(paths) -> int:
+    removed = 0
+    folder = _compiler.cache_dir()
+    for path in paths:
+        name = os.path.basename(path)
+        if os.path.dirname(os.path.abspath(path)) != os.path.abspath(folder) or not (
+                name.endswith(_compiler.ENTRY_SUFFIX) or _is_temp(name)):
+            raise ValueError(f"refusing to delete {path!r}: not a cugather kernel file in {folder}")
+        try:
+            os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+# ---------------------------------------------------------------- compiling
+def supported_archs() -> list:
+    """``sm_XX`` targets the installed NVRTC can compile for."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    return [f"sm_{a}" for a in nvrtc.getSupportedArchs()]
+
+
+_ARCH = re.compile(r"(sm|compute)_(\d+)[af]?")
+
+
+def _check_arch(arch) -> str:
+    m = _ARCH.fullmatch(arch) if isinstance(arch, str) else None
+    if m is None or f"sm_{m.group(2)}" not in supported_archs():
+        raise ValueError(f"arch must be 'sm_XX' or 'compute_XX' with XX a target of NVRTC "
+                         f"{'.'.join(map(str, _compiler.nvrtc_version()))} "
+                         f"({', '.join(supported_archs())}), got {arch!r}")
+    return arch
+
+
+def _pick(argname: str, value, allowed) -> object:
+    if value not in allowed:
+        raise ValueError(f"{argname} must be one of {tuple(allowed)}, got {value!r}")
+    return value
+
+
+def compile(kind: str, dtype, index_dtype, *, mode: str = "raise", arch: str = "sm_90",
+            unit: Optional[int] = None, math: Optional[str] = None, options: tuple = (),
+            use_disk: bool = True) -> KernelInfo:
+    """Render and compile one gather kernel with NVRTC; no GPU needed.
+
+    Parameters
+    ----------
+    kind : str
+        Kernel variant, one of ``cugather._keys.KINDS`` (``"rows"``,
+        ``"scalar"``, ``"inner"``, ``"elem"``; ``"check"`` is raise mode's
+        bounds check, which moves no data and takes no dtype or unit).
+    dtype : dtype-like or None
+        Element type of the table.  Kernels move bytes, not typed values: a
+        kernel is built per *unit* (1, 2, 4, 8 or 16 bytes per load/store), and
+        every dtype whose rows divide into that unit shares it.  With
+        ``unit=None`` the unit is the widest one dividing ``dtype.itemsize``
+        (float16 -> 2, complex128 -> 16, a 6-byte record -> 2), the kernel a
+        gather of single elements would use; rows of several elements usually
+        get a wider unit (see ``GatherOp.plan``).  Ignored for bounds checks;
+        may be None when ``unit`` is given.
+    index_dtype : {"int32", "int64"}
+        Index type (numpy dtypes are accepted).
+    mode : {"raise", "wrap", "clip", "clip_numpy", "fill"}
+        Compile-time out-of-range policy (``"clip_numpy"`` is ``take``'s
+        clip; bounds checks exist in ``"raise"`` mode only).
+    arch : str
+        NVRTC target: ``sm_XX`` gives a cubin and a ptxas report,
+        ``compute_XX`` PTX only.
+    unit : {1, 2, 4, 8, 16}, optional
+        Bytes per load/store; overrides the one derived from ``dtype``.
+    math : {"fast32", "fast64", "div64"}, optional
+        Index math; default ``"fast32"`` (``"fast64"`` for bounds checks).
+    options : tuple of str
+        Extra NVRTC options.
+    use_disk : bool
+        Read and write the disk cache.
+
+    Returns
+    -------
+    KernelInfo
+
+    Raises
+    ------
+    ValueError
+        An argument outside the allowed values (the message names it).
+    CompileError
+        NVRTC rejected the source (carries the log and the source).
+    """
+    _pick("kind", kind, KINDS)
+    idx = _index_dtype_name(index_dtype)
+    if _moves_no_data(kind):  # a bounds check: no unit, no dtype
+        key = KernelKey(kind, 0 if unit is None else unit, idx, math or "fast64", mode)
+    else:
+        key = KernelKey(kind, _unit(dtype, unit), idx, math or "fast32", mode)
+    return compile_key(key, arch=arch, options=options, use_disk=use_disk)
+
+
+def _moves_no_data(kind: str) -> bool:
+    """True for the bounds-check kinds, whose only unit is 0."""
+    try:
+        KernelKey(kind, 0, INDEX_DTYPES[0], "fast64", "raise")
+    except ValueError:
+        return False
+    return True
+
+
+def compile_key(key: KernelKey, *, arch: str = "sm_90", options: tuple = (),
+                use_disk: bool = True) -> KernelInfo:
+    """Compile (or fetch from the caches) the kernel ``key``; no GPU needed.
+
+    Parameters are those of :func:`compile`; ``key`` is, for instance,
+    ``GatherOp(...).plan(...).key``.
+    """
+    if not isinstance(key, KernelKey):
+        raise TypeError(f"key must be a KernelKey, got {type(key).__name__} {key!r}")
+    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
+        raise TypeError(f"options must be a tuple of str, got {options!r}")
+    ck = _compiler.compile_key(key, _check_arch(arch), tuple(options), use_disk=use_disk)
+    return KernelInfo.from_compiled(ck)
+
+
+def _index_dtype_name(index_dtype) -> str:
+    try:
+        name = numpy.dtype(index_dtype).name
+    except TypeError:
+        name = None
+    if name not in INDEX_DTYPES:
+        raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {index_dtype!r}")
+    return name
+
+
+def _unit(dtype, unit) -> int:
+    if unit is not None:
+        return _pick("unit", unit, UNITS)
+    if dtype is None:
+        raise ValueError("dtype is None and no unit is given: give one of them")
+    try:
+        itemsize = numpy.dtype(dtype).itemsize
+    except TypeError:
+        raise ValueError(f"dtype must be a NumPy dtype, got {dtype!r}") from None
+    if itemsize == 0:
+        raise ValueError(f"dtype must have a non-zero item size, got {dtype!r}")
+    return unit_for(itemsize)
+
+
+# ---------------------------------------------------------------- disk
+@dataclass(frozen=True)
+class DiskEntry:
+    """One file of cugather's disk cache.
+
+    ``state`` is ``"current"`` (this installation would use it),
+    ``"stale"`` (built from other sources, options or NVRTC: never used
+    again) or ``"damaged"`` (``problem`` says why; it would be rebuilt).
+    """
+
+    name: str
+    path: str
+    size: int
+    mtime: float
+    state: str
+    problem: str = ""
+    meta: dict = field(default_factory=dict, repr=False)
+    info: Optional[KernelInfo] = field(default=None, repr=False)
+
+
+def disk_kernels() -> list:
+    """Every file of cugather's disk cache, as :class:`DiskEntry`, by name."""
+    entries = []
+    for path in _compiler.disk_entries():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        name = os.path.basename(path)[:-len(_compiler.ENTRY_SUFFIX)]
+        try:
+            meta, ck = _compiler.read_entry(path)
+        except FileNotFoundError:
+            continue
+        except _compiler.CacheEntryError as e:
+            entries.append(DiskEntry(name, path, st.st_size, st.st_mtime, "damaged", str(e)))
+            continue
+        current = _is_current(ck, path)
+        entries.append(DiskEntry(name, path, st.st_size, st.st_mtime,
+                                 "current" if current else "stale", "", meta,
+                                 KernelInfo.from_compiled(ck)))
+    return entries
+
+
+def _is_current(ck: CompiledKernel, path: str) -> bool:
+    source = _codegen.render(ck.key)
+    return (source.text == ck.source.text
+            and _compiler.entry_path(source, ck.arch, ck.options) == path)
