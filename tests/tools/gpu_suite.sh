@@ -82,8 +82,8 @@ wait $fuzz_pid || failed=1
 wait $sanitize_pid || failed=1
 
 step gputests 180 "$PY" -m pytest "${pytest_args[@]}" -m gpu \
-    tests/test_streams.py tests/test_interop.py tests/test_threads.py \
-    tests/test_recovery.py tests/test_scale.py --junitxml="$LOG/gputests.xml" || failed=1
+    tests/gpu/test_streams.py tests/gpu/test_interop.py tests/gpu/test_threads.py \
+    tests/gpu/test_recovery.py tests/gpu/test_scale.py --junitxml="$LOG/gputests.xml" || failed=1
 
 note ""
 note "---- counts"

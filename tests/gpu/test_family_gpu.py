@@ -9,7 +9,7 @@ import pytest
 
 import cugather
 from reference import DTYPES, INDEX_DTYPES, MODES, assert_same, random_data
-from test_family_reference import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from reference_family import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 pytestmark = pytest.mark.gpu
 

@@ -20,7 +20,7 @@ from cugather.plan.keys import all_kernel_keys
 from cugather.runtime.launch import fill_words, pack_fields
 from cugather.plan.layout import POINTER_FIELDS, new_args
 from cugather.plan.gather import Operand, alignment_of, normalize_axis
-from test_family_reference import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from reference_family import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 runner = pytest.importorskip("hostsim.runner", reason="tests/hostsim is not available")
 build = pytest.importorskip("hostsim.build")

@@ -15,7 +15,7 @@ from cugather.plan.family import (along_axis_shape, elements_shape, merge_dims, 
 from cugather.plan.fastdiv import fast_div
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.gather import Operand, alignment_of
-from test_family_reference import elements_ref, nd_ref
+from reference_family import elements_ref, nd_ref
 
 AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
