@@ -10,11 +10,12 @@ disk.  Importing the package touches no GPU.
 """
 
 from ._version import __version__
-from .ops.gather import CacheInfo, GatherOp, gather, take
-from .plan.gather import GatherPlan
 from . import jit  # inspect and control compiled kernels
 from .ops.elements import gather_elements, take_along_axis
+from .ops.gather import GatherOp, gather, take
 from .ops.nd import gather_nd
+from .plan.gather import GatherPlan
+from .runtime.cache import CacheInfo
 
 __all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo",
            "gather_elements", "take_along_axis", "gather_nd", "jit"]

@@ -1,17 +1,26 @@
 """Validation and normalisation of user arguments: the first pipeline stage.
 
 Every error names the argument and the value received, with NumPy's
-exception types.  CuPy is imported lazily so that ``import cugather`` works on
-machines without it.
+exception types, and nothing the caller passed is modified.  Validation ends
+in a :class:`Geometry`, the frozen key the op runtime caches plans under.
+CuPy is imported lazily so that ``import cugather`` works on machines
+without it.
 """
 
 from __future__ import annotations
 
+import struct
+from typing import NamedTuple
+
 import numpy
 
+from .plan.core import alignment
+
 __all__ = [
-    "GATHER_MODES", "TAKE_MODES", "cupy_module", "check_mode", "as_data", "as_indices",
-    "check_fill", "fill_bytes", "check_out", "current_stream", "stream_pointer", "alignment", "extent", "INDEX_DTYPES",
+    "GATHER_MODES", "TAKE_MODES", "INDEX_DTYPES", "Geometry", "geometry", "geometry_of",
+    "cupy_module", "check_mode", "normalize_axis", "as_data", "as_indices", "index_dtype",
+    "check_data_dtype", "is_gpu_array", "check_fill", "fill_bytes", "fill_token", "check_out",
+    "current_stream", "stream_pointer", "alignment", "extent",
 ]
 
 GATHER_MODES = ("raise", "wrap", "clip", "fill")
@@ -72,7 +81,7 @@ def as_data(obj, argname: str = "data"):
     return arr
 
 
-def _index_dtype(dtype: numpy.dtype, allow_bool: bool, argname: str) -> numpy.dtype:
+def index_dtype(dtype: numpy.dtype, allow_bool: bool, argname: str = "indices") -> numpy.dtype:
     """The int32/int64 dtype indices of ``dtype`` are used as."""
     if dtype in INDEX_DTYPES:
         return dtype
@@ -92,7 +101,7 @@ def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "in
     """
     cp = cupy_module()
     if isinstance(obj, cp.ndarray) or (not isinstance(obj, numpy.ndarray)
-                                       and _is_gpu_array(obj)):
+                                       and is_gpu_array(obj)):
         arr = as_data(obj, argname)
         if arr.data.device_id != device and arr.size:
             raise ValueError(f"{argname} are on GPU {arr.data.device_id} but data is on "
@@ -103,10 +112,10 @@ def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "in
             raise TypeError(f"{argname} must be integers, got {_type_name(obj)} {obj!r:.80}")
         if host.size == 0 and not isinstance(obj, numpy.ndarray):
             host = host.astype(numpy.int64)  # [] is float64 to NumPy; numpy.take accepts it
-        _index_dtype(host.dtype, allow_bool, argname)
+        index_dtype(host.dtype, allow_bool, argname)
         with cp.cuda.Device(device):
             arr = cp.asarray(host)
-    target = _index_dtype(arr.dtype, allow_bool, argname)
+    target = index_dtype(arr.dtype, allow_bool, argname)
     if arr.dtype != target or not arr.flags.c_contiguous:
         with cp.cuda.Device(device):
             # ascontiguousarray returns at least 1-d: keep a scalar index 0-d
@@ -114,7 +123,8 @@ def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "in
     return arr
 
 
-def _is_gpu_array(obj) -> bool:
+def is_gpu_array(obj) -> bool:
+    """Whether ``obj`` exposes device memory (CUDA array interface or a GPU DLPack device)."""
     if hasattr(obj, "__cuda_array_interface__"):
         return True
     if hasattr(obj, "__dlpack_device__"):
@@ -155,9 +165,10 @@ def fill_bytes(fill_value, dtype: numpy.dtype) -> bytes:
     return numpy.array(value if kind == "c" else real, dtype=dtype).tobytes()
 
 
-def extent(arr) -> tuple:
-    """[low, high) byte addresses an array touches."""
-    lo = hi = arr.data.ptr
+def extent(arr, pointer=None) -> tuple:
+    """[low, high) byte addresses an array touches (``pointer(arr)`` its address;
+    default a CuPy array's)."""
+    lo = hi = arr.data.ptr if pointer is None else pointer(arr)
     for n, s in zip(arr.shape, arr.strides):
         if n == 0:
             return (lo, lo)
@@ -168,32 +179,38 @@ def extent(arr) -> tuple:
     return (lo, hi + arr.itemsize)
 
 
-def check_out(out, shape: tuple, dtype: numpy.dtype, device: int, inputs: dict):
-    """Validate ``out=``: type, shape, dtype, layout, device, no overlap."""
-    cp = cupy_module()
-    if not isinstance(out, cp.ndarray):
-        raise TypeError(f"out must be a cupy.ndarray, got {_type_name(out)}")
+def check_out(out, shape: tuple, dtype: numpy.dtype, device: int, inputs: dict, backend=None):
+    """Validate ``out=``: type, shape, dtype, layout, device, no overlap.
+
+    ``backend`` supplies the array type, devices and addresses (default CuPy's).
+    """
+    if backend is None:
+        array_type, device_of, pointer = cupy_module().ndarray, _cupy_device, None
+    else:
+        array_type, device_of, pointer = backend.array_type, backend.device_of, backend.pointer
+    if not isinstance(out, array_type):
+        raise TypeError(f"out must be a {array_type.__module__.split('.')[0]}.ndarray, "
+                        f"got {_type_name(out)}")
     if out.shape != shape:
         raise ValueError(f"out has shape {out.shape}; the result has shape {shape}")
     if out.dtype != dtype:
         raise TypeError(f"out has dtype {out.dtype}; the result has dtype {dtype}")
     if not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous (strides {out.strides})")
-    if out.data.device_id != device:
-        raise ValueError(f"out is on GPU {out.data.device_id} but data is on GPU {device}")
+    if device_of(out) != device:
+        raise ValueError(f"out is on GPU {device_of(out)} but data is on GPU {device}")
     if out.size:
-        lo, hi = extent(out)
+        lo, hi = extent(out, pointer)
         for name, arr in inputs.items():
             if arr.size:
-                a_lo, a_hi = extent(arr)
+                a_lo, a_hi = extent(arr, pointer)
                 if lo < a_hi and a_lo < hi:
                     raise ValueError(f"out overlaps {name} in memory; pass a separate array")
     return out
 
 
-def alignment(ptr: int) -> int:
-    """Largest power of two, at most 256, dividing ``ptr``."""
-    return 256 if ptr & 255 == 0 else ptr & -ptr
+def _cupy_device(arr) -> int:
+    return arr.data.device_id
 
 
 def current_stream(stream):
@@ -219,3 +236,81 @@ def stream_pointer(stream) -> int:
         raise TypeError(f"stream must be a cupy.cuda.Stream, an object with .ptr or "
                         f".cuda_stream, or a raw stream handle; got {_type_name(stream)}")
     return int(ptr)
+
+
+# ---------------------------------------------------------------- axes and dtypes
+_AXIS_ERROR = getattr(getattr(numpy, "exceptions", numpy), "AxisError")
+
+
+def normalize_axis(axis, ndim: int, argname: str = "axis") -> int:
+    """``axis`` in ``[0, ndim)``, or TypeError / numpy's AxisError."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
+        raise TypeError(f"{argname} must be an integer, got {type(axis).__name__} {axis!r}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise _AXIS_ERROR(axis, ndim)
+    return axis % ndim
+
+
+def check_data_dtype(dtype, argname: str = "data") -> numpy.dtype:
+    """The dtypes a GPU array can hold: booleans, integers, floats, complex."""
+    dtype = numpy.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise TypeError(f"{argname} must have a boolean, integer, floating or complex dtype, "
+                        f"got {dtype}")
+    return dtype
+
+
+# ---------------------------------------------------------------- geometry
+class Geometry(NamedTuple):
+    """Everything a plan depends on, as the key the op runtime caches plans under.
+
+    ``fill`` is :func:`fill_token` of the fill value (None unless the mode
+    fills): keyed by its bytes, so ``-0.0`` and ``0.0`` are different plans.
+    """
+
+    op: str              # "gather", "take", "elements", "along", "nd"
+    backend: object      # where kernels run (cugather.runtime.launch.CUDA)
+    device: int
+    data_shape: tuple
+    data_strides: tuple
+    dtype: numpy.dtype
+    indices_shape: tuple
+    index_dtype: numpy.dtype
+    data_align: int      # largest power of two (<= 256) dividing data's address
+    out_align: int       # the same for out= (256 without one)
+    axis: int            # normalised gather axis; batch_dims for GatherND
+    mode: str            # kernel mode
+    fill: object
+
+
+def geometry(op: str, backend, device: int, data, indices, out, axis: int, mode: str,
+             fill=None) -> Geometry:
+    """The :class:`Geometry` of a call on validated arrays of ``backend``."""
+    q = backend.pointer(out) if isinstance(out, backend.array_type) else 0
+    return Geometry(op, backend, device, data.shape, data.strides, data.dtype, indices.shape,
+                    indices.dtype, alignment(backend.pointer(data)), alignment(q), axis, mode,
+                    fill)
+
+
+def geometry_of(geo: Geometry, data) -> Geometry:
+    """``geo`` with ``data`` (a copy of the original) in place of the original."""
+    return geo._replace(data_shape=data.shape, data_strides=data.strides,
+                        data_align=alignment(geo.backend.pointer(data)))
+
+
+def fill_token(fill_value):
+    """A hashable stand-in for ``fill_value`` made of its bytes (``-0.0`` is not
+    ``0.0``, ``1`` is not ``True``'s numpy bool), or None when unhashable."""
+    t = type(fill_value)
+    if t is int:
+        return fill_value
+    if t is float:
+        return struct.pack("<d", fill_value)
+    if t is complex:
+        return struct.pack("<dd", fill_value.real, fill_value.imag)
+    try:
+        value = numpy.asarray(fill_value)
+        return (t.__name__, value.dtype.str, value.shape, value.tobytes())
+    except Exception:  # the op's checks report what is wrong with it
+        return None

@@ -1,7 +1,16 @@
-// cugather device code: integer types, divisors, index modes, argument blocks.
-// Self-contained (no system headers) so NVRTC needs no include path.
+// cugather device code shared by every kernel: integer types, divisors, index
+// modes, cache policies, the fill value, and the two loops several kernels
+// share (the row tile and the flat-position split).  Self-contained (no system
+// headers) so NVRTC needs no include path.
 #ifndef CUGATHER_COMMON_CUH
 #define CUGATHER_COMMON_CUH
+
+// The CG_* tuning constants have one home, cugather/plan/tuning.py, which the
+// renderer writes at the top of every source; there are no defaults here.
+#if !defined(CG_MAX_THREADS) || !defined(CG_MAX_DIMS) || !defined(CG_STREAM_STORES) || \
+    !defined(CG_STREAM_INDICES)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
 
 #ifndef CG_DYNAMIC_SMEM
 #define CG_DYNAMIC_SMEM(type, name) extern __shared__ __align__(16) type name[]
@@ -15,11 +24,6 @@
 #else
 #define CG_CHECK_OFFSET(T, field, offset) \
     static_assert(__builtin_offsetof(T, field) == offset, #T "." #field " moved")
-#endif
-
-// Threads per block every kernel is launched with at most.
-#ifndef CG_MAX_THREADS
-#define CG_MAX_THREADS 256
 #endif
 
 // Blocks of CG_MAX_THREADS an SM can hold: a __launch_bounds__ minimum above
@@ -130,17 +134,10 @@ __device__ __forceinline__ bool resolve(i64& i, i64 s)
 }
 
 // A gather writes each output unit once but may reread any part of the
-// table.  With CG_STREAM_STORES (the default) output stores are evict-first
-// (st.global.cs), which leaves L2 to the table.  Index loads stay on the
-// read-only path unless CG_STREAM_INDICES: several kernels reread indices
-// (one pass per outer slice), and the components of an index tuple share
-// sectors.
-#ifndef CG_STREAM_STORES
-#define CG_STREAM_STORES 1
-#endif
-#ifndef CG_STREAM_INDICES
-#define CG_STREAM_INDICES 0
-#endif
+// table.  With CG_STREAM_STORES output stores are evict-first (st.global.cs),
+// which leaves L2 to the table.  Index loads stay on the read-only path unless
+// CG_STREAM_INDICES: several kernels reread indices (one pass per outer
+// slice), and the components of an index tuple share sectors.
 template <class T>
 __device__ __forceinline__ void store_stream(T* p, const T v)
 {
@@ -185,58 +182,86 @@ __device__ __forceinline__ U fill_at(const u64 (&fill)[2], u64 pos)
 }
 
 // ---------------------------------------------------------------------------
-// Argument blocks, passed by value.  cugather/_layout.py holds the matching
-// NumPy dtypes; every rendered source asserts the offsets.
+// The flat-position split.  A flat output position t is split over ndim
+// dimensions, innermost first: the coordinate of dimension d is
+// (t / (dims[0] * ... * dims[d-1])) mod dims[d].  Every dimension but the
+// outermost costs one fast_divmod; the outermost takes the quotient (t is
+// below the product of all sizes).  visit(d, c, rest) sees each coordinate c
+// with rest, the part of t still to be split at dimension d.
 // ---------------------------------------------------------------------------
+template <class M, class Visit>
+__device__ __forceinline__ void split_position(const Divisor (&dims)[CG_MAX_DIMS], int ndim,
+                                               typename M::Ix t, Visit visit)
+{
+    typedef typename M::Ix Ix;
+    const int last = ndim - 1;
+    Ix rest = t;
+#pragma unroll
+    for (int d = 0; d < CG_MAX_DIMS; ++d) {
+        if (d <= last) {
+            Ix c, q = 0;
+            if (d < last) divmod<M>(dims[d], rest, q, c);
+            else c = rest;
+            visit(d, c, rest);
+            rest = q;
+        }
+    }
+}
 
-// rows, chunks, scalar and inner kernels: data viewed as (outer, axis_len, row) with a
-// contiguous row of `units` units, output as (outer * n_indices, row).
-struct GatherArgs {
-    const char* data;
-    const void* indices;
-    char* out;
-    i64 s_outer;     // bytes between outer slices of data (signed)
-    i64 s_axis;      // bytes between consecutive positions on the gather axis (signed)
-    i64 axis_len;
-    u64 rows;        // outer * n_indices: rows of the output
-    u64 units;       // units per row
-    u64 n_indices;
-    u64 outer;
-    Divisor n_div;   // n_indices, splits an output row into (outer, index position)
-    u32 chunk;       // inner kernel: indices per block
-    u32 stage_unit;  // inner kernel: bytes per staging load
-    u32 row_unroll;  // rows kernel: rows per thread, 1 .. its compile-time maximum
-    u32 pad;
-    u64 fill[2];
-};
+// ---------------------------------------------------------------------------
+// The row tile: `rows` rows of `units` units each, moved by a (TX, TY) thread
+// block in which each thread moves CU units of up to RU rows (ru <= RU at run
+// time), RU * CU loads in flight.  Rows tile blockIdx.x, units blockIdx.y;
+// both loop when the grid is smaller.  source(row) resolves a row's first unit
+// once per thread (null: the row takes the fill value); load(p) reads one unit.
+// Destinations are recomputed from the row number: fewer live registers.
+// ---------------------------------------------------------------------------
+template <class U, class M, int MODE, int CU, int RU, class Source, class Load>
+__device__ __forceinline__ void copy_rows(typename M::Ix rows, typename M::Ix units, char* out,
+                                          const u64 (&fill)[2], int ru, Source source, Load load)
+{
+    typedef typename M::Ix Ix;
+    const Ix tx = (Ix)blockDim.x;
+    const Ix ty = (Ix)blockDim.y;
+    const Ix row_tile = ty * (Ix)ru;
+    const Ix unit_tile = tx * CU;
 
-#ifndef CG_MAX_DIMS
-#define CG_MAX_DIMS 8
-#endif
-
-// elem kernel: any strides.  The output (contiguous) is split, innermost
-// first, into ndim dimensions; dimension index_dim is the indices dimension.
-struct ElemArgs {
-    const char* data;
-    const void* indices;
-    char* out;
-    u64 total;       // units in the output
-    i64 axis_len;
-    i64 s_axis;      // bytes
-    u32 ndim;
-    u32 index_dim;
-    Divisor dims[CG_MAX_DIMS];
-    i64 strides[CG_MAX_DIMS];  // bytes, per output dimension (unused for index_dim)
-    u64 fill[2];
-};
-
-// raise-mode bounds check over the indices.
-struct CheckArgs {
-    const void* indices;
-    u64 n;
-    i64 axis_len;
-    u64* first_bad;  // atomicMin of the positions of out-of-range indices
-};
+    for (Ix rt = (Ix)blockIdx.x * row_tile + (Ix)threadIdx.y; rt < rows;
+         rt += (Ix)gridDim.x * row_tile) {
+        const U* src[RU];
+        bool live[RU];
+#pragma unroll
+        for (int kr = 0; kr < RU; ++kr) {
+            const Ix row = rt + (Ix)kr * ty;
+            live[kr] = kr < ru && row < rows;
+            src[kr] = live[kr] ? source(row) : (const U*)0;
+        }
+        for (Ix ut = (Ix)blockIdx.y * unit_tile + (Ix)threadIdx.x; ut < units;
+             ut += (Ix)gridDim.y * unit_tile) {
+            U v[RU][CU];
+#pragma unroll
+            for (int kr = 0; kr < RU; ++kr) {
+#pragma unroll
+                for (int kc = 0; kc < CU; ++kc) {
+                    const Ix u = ut + (Ix)kc * tx;
+                    if (live[kr] && u < units)
+                        v[kr][kc] = (MODE != MODE_FILL || src[kr])
+                            ? load(src[kr] + u)
+                            : fill_at<U>(fill, (u64)(rt + (Ix)kr * ty) * (u64)units + (u64)u);
+                }
+            }
+#pragma unroll
+            for (int kr = 0; kr < RU; ++kr) {
+                U* dst = (U*)out + (u64)(rt + (Ix)kr * ty) * (u64)units;
+#pragma unroll
+                for (int kc = 0; kc < CU; ++kc) {
+                    const Ix u = ut + (Ix)kc * tx;
+                    if (live[kr] && u < units) store_stream(dst + u, v[kr][kc]);
+                }
+            }
+        }
+    }
+}
 
 }  // namespace cg
 

@@ -1,5 +1,6 @@
-// cugather device code: the gather kernel family.  Each function is the body
-// of one extern "C" entry point rendered from templates/gather.cu.j2.
+// cugather device code: the Gather / take kernels and their argument structs.
+// Each function is the body of one extern "C" entry point rendered from
+// templates/gather.cu.j2; common.cuh comes first.
 //
 // U is the unit moved per load/store (1, 2, 4, 8 or 16 bytes), Idx the index
 // element type (int or long long), M the index math (Math32, Math64,
@@ -7,101 +8,104 @@
 #ifndef CUGATHER_GATHER_CUH
 #define CUGATHER_GATHER_CUH
 
-// Independent loads in flight per thread (tuning knobs; compile options may
-// override them).  Scalar: 2, measured on H200 -- 1 and 2 tie, 4 and 8 are
-// 10-25% slower on a table that sits in L2 (more registers, fewer threads).
-#ifndef CG_SCALAR_ILP
-#define CG_SCALAR_ILP 2
-#endif
-// Units per thread per row in the rows kernel for 1-, 2- and 4-byte units
-// (cugather/_plan.py _rows_cu sizes blocks with it; 2 and 4 were slower on H200).
-#ifndef CG_ROWS_NARROW_CU
-#define CG_ROWS_NARROW_CU 1
+#if !defined(CG_SCALAR_ILP) || !defined(CG_ROWS_NARROW_CU) || !defined(CG_ROWS_MAX_RU) || \
+    !defined(CG_CHUNKS_CU) || !defined(CG_STAGE_ILP)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
 namespace cg {
 
 // ---------------------------------------------------------------------------
-// rows and chunks: rows of two units or more, as a (TX, TY) thread block in
-// which each thread moves CU units of RU rows (RU * CU loads in flight).
+// Argument structs, passed by value (cugather/plan/layout.py mirrors them;
+// every rendered source asserts the offsets).
+// ---------------------------------------------------------------------------
+
+// rows, chunks, scalar and inner: data viewed as (outer, axis_len, row) with a
+// contiguous row of `units` units, output as (outer * n_indices, row).
+struct GatherArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    i64 s_outer;     // bytes between outer slices of data (signed)
+    i64 s_axis;      // bytes between consecutive positions on the gather axis (signed)
+    i64 axis_len;
+    u64 rows;        // outer * n_indices: rows of the output
+    u64 units;       // units per row
+    u64 n_indices;
+    u64 outer;
+    Divisor n_div;   // n_indices, splits an output row into (outer, index position)
+    u32 chunk;       // inner kernel: indices per block
+    u32 stage_unit;  // inner kernel: bytes per staging load
+    u32 row_unroll;  // rows kernel: rows per thread, 1 .. CG_ROWS_MAX_RU
+    u32 pad;
+    u64 fill[2];
+};
+
+// strided: any strides.  The output (contiguous) is split, innermost first,
+// into ndim dimensions; dimension index_dim is the indices dimension.
+struct StridedArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    u64 total;       // units in the output
+    i64 axis_len;
+    i64 s_axis;      // bytes
+    u32 ndim;
+    u32 index_dim;
+    Divisor dims[CG_MAX_DIMS];
+    i64 strides[CG_MAX_DIMS];  // bytes, per output dimension (unused for index_dim)
+    u64 fill[2];
+};
+
+// raise-mode bounds check over the indices (Gather, take, GatherElements).
+struct CheckArgs {
+    const void* indices;
+    u64 n;
+    i64 axis_len;
+    u64* first_bad;  // atomicMin of the positions of out-of-range indices
+};
+
+
+// ---------------------------------------------------------------------------
+// rows and chunks: rows of two units or more through copy_rows (common.cuh).
 //   rows   (short rows): CU = 16 / sizeof(U) units per thread per row for
-//          8- and 16-byte units, 1 for narrower ones (those gain more from
-//          extra resident threads than from extra registers), and up to RU = 4
-//          rows per thread (fewer on small problems, to even out the waves);
-//          TX = ceil(units / CU) threads per row, a block holds 256 / TX rows.
-//   chunks (long rows): one row per block row, CU = 4 units per thread, and
+//          8- and 16-byte units, CG_ROWS_NARROW_CU for narrower ones (those
+//          gain more from extra resident threads than from extra registers),
+//          and up to CG_ROWS_MAX_RU rows per thread (fewer on small problems,
+//          to even out the waves); TX = ceil(units / CU) threads per row, a
+//          block holds 256 / TX rows.
+//   chunks (long rows): one row per block row, CG_CHUNKS_CU units per thread,
 //          the row split into chunks over blockIdx.y: a 2-D (row x chunk) grid.
-// A row's index and source address are resolved once per thread and reused
-// for all its units; its destination is recomputed (fewer live registers).
+// A row's index and source address are resolved once per thread.
 // ---------------------------------------------------------------------------
 template <class U, class Idx, class M, int MODE, int CU, int RU>
-__device__ __forceinline__ void rows_tile(const GatherArgs& a, const int ru)
+__device__ __forceinline__ void gather_row_tiles(const GatherArgs& a, const int ru)
 {
     typedef typename M::Ix Ix;
-    const Ix rows = (Ix)a.rows;
-    const Ix units = (Ix)a.units;
-    const Ix tx = (Ix)blockDim.x;
-    const Ix ty = (Ix)blockDim.y;
-    const Ix row_tile = ty * (Ix)ru;
-    const Ix unit_tile = tx * CU;
     const Idx* idx = (const Idx*)a.indices;
-
-    for (Ix rt = (Ix)blockIdx.x * row_tile + (Ix)threadIdx.y; rt < rows;
-         rt += (Ix)gridDim.x * row_tile) {
-        // Source of each of this thread's rows (null: takes the fill value).
-        // Destinations are recomputed from the row number: fewer live registers.
-        const U* src[RU];
-        bool live[RU];
-#pragma unroll
-        for (int kr = 0; kr < RU; ++kr) {
-            const Ix row = rt + (Ix)kr * ty;
-            live[kr] = kr < ru && row < rows;
-            src[kr] = 0;
-            if (live[kr]) {
-                Ix o, n;
-                divmod<M>(a.n_div, row, o, n);
-                i64 i = load_index(idx + n);
-                if (resolve<MODE>(i, a.axis_len))
-                    src[kr] = (const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis);
-            }
-        }
-        for (Ix ut = (Ix)blockIdx.y * unit_tile + (Ix)threadIdx.x; ut < units;
-             ut += (Ix)gridDim.y * unit_tile) {
-            U v[RU][CU];
-#pragma unroll
-            for (int kr = 0; kr < RU; ++kr) {
-#pragma unroll
-                for (int kc = 0; kc < CU; ++kc) {
-                    const Ix u = ut + (Ix)kc * tx;
-                    if (live[kr] && u < units)
-                        v[kr][kc] = (MODE != MODE_FILL || src[kr])
-                            ? __ldg(src[kr] + u)
-                            : fill_at<U>(a.fill, (u64)(rt + (Ix)kr * ty) * (u64)units + (u64)u);
-                }
-            }
-#pragma unroll
-            for (int kr = 0; kr < RU; ++kr) {
-                U* dst = (U*)a.out + (u64)(rt + (Ix)kr * ty) * (u64)units;
-#pragma unroll
-                for (int kc = 0; kc < CU; ++kc) {
-                    const Ix u = ut + (Ix)kc * tx;
-                    if (live[kr] && u < units) store_stream(dst + u, v[kr][kc]);
-                }
-            }
-        }
-    }
+    copy_rows<U, M, MODE, CU, RU>(
+        (Ix)a.rows, (Ix)a.units, a.out, a.fill, ru,
+        [&](Ix row) -> const U* {
+            Ix o, n;
+            divmod<M>(a.n_div, row, o, n);
+            i64 i = load_index(idx + n);
+            if (!resolve<MODE>(i, a.axis_len)) return (const U*)0;
+            return (const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis);
+        },
+        [](const U* p) { return __ldg(p); });
 }
 
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_rows(const GatherArgs& a)
 {
-    rows_tile<U, Idx, M, MODE, (sizeof(U) >= 8 ? 16 / sizeof(U) : CG_ROWS_NARROW_CU), 4>(a, (int)a.row_unroll);
+    gather_row_tiles<U, Idx, M, MODE, (sizeof(U) >= 8 ? 16 / sizeof(U) : CG_ROWS_NARROW_CU),
+                     CG_ROWS_MAX_RU>(a, (int)a.row_unroll);
 }
 
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_chunks(const GatherArgs& a)
 {
-    rows_tile<U, Idx, M, MODE, 4, 1>(a, 1);
+    gather_row_tiles<U, Idx, M, MODE, CG_CHUNKS_CU, 1>(a, 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -160,10 +164,6 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 // chunks of the indices (adjacent blocks share a row, which stays in L2),
 // blockIdx.y walks outer rows; both loop when the grid is smaller.
 // ---------------------------------------------------------------------------
-#ifndef CG_STAGE_ILP
-#define CG_STAGE_ILP 8
-#endif
-
 // Copy a row into shared memory with CG_STAGE_ILP loads in flight per thread
 // before the first store (a plain strided loop waits on each load in turn).
 template <class S>
@@ -221,12 +221,12 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 }
 
 // ---------------------------------------------------------------------------
-// elem: the general fallback, one output unit per thread.  The flat output
-// position is split by fast_divmod into up to CG_MAX_DIMS coordinates, which
+// strided: the general fallback, one output unit per thread.  The flat output
+// position is split into up to CG_MAX_DIMS coordinates (split_position), which
 // address data through arbitrary (even negative) strides.
 // ---------------------------------------------------------------------------
 template <class U, class Idx, class M, int MODE>
-__device__ __forceinline__ void gather_elem(const ElemArgs& a)
+__device__ __forceinline__ void gather_strided(const StridedArgs& a)
 {
     typedef typename M::Ix Ix;
     const Ix total = (Ix)a.total;
@@ -235,24 +235,17 @@ __device__ __forceinline__ void gather_elem(const ElemArgs& a)
     const Ix step = (Ix)gridDim.x * (Ix)blockDim.x;
 
     for (Ix t = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; t < total; t += step) {
-        Ix rest = t;
         i64 off = 0;
         bool keep = true;
-#pragma unroll
-        for (int d = 0; d < CG_MAX_DIMS; ++d) {
-            if (d < (int)a.ndim) {
-                Ix q, c;
-                divmod<M>(a.dims[d], rest, q, c);
-                rest = q;
-                if (d == (int)a.index_dim) {
-                    i64 i = load_index(idx + c);
-                    keep = resolve<MODE>(i, a.axis_len);
-                    if (keep) off += i * a.s_axis;
-                } else {
-                    off += (i64)c * a.strides[d];
-                }
+        split_position<M>(a.dims, (int)a.ndim, t, [&](int d, Ix c, Ix) {
+            if (d == (int)a.index_dim) {
+                i64 i = load_index(idx + c);
+                keep = resolve<MODE>(i, a.axis_len);
+                if (keep) off += i * a.s_axis;  // discarded indices may be near 2^63
+            } else {
+                off += (i64)c * a.strides[d];
             }
-        }
+        });
         store_stream(out + t, keep ? __ldg((const U*)(a.data + off)) : fill_at<U>(a.fill, (u64)t));
     }
 }

@@ -28,8 +28,8 @@ CONVERTED_INDEX_DTYPES = ["int8", "int16", "uint8", "uint16", "uint32", "uint64"
 #: Operations: ONNX Gather, numpy.take, GatherOp (cached plans), ONNX
 #: GatherElements, numpy.take_along_axis, ONNX GatherND.
 TAKE_OPS = ("gather", "take", "op")
-FAMILY_OPS = ("elements", "along", "nd")
-OPS = TAKE_OPS + FAMILY_OPS
+ELEMENTS_ND_OPS = ("elements", "along", "nd")
+OPS = TAKE_OPS + ELEMENTS_ND_OPS
 MODES_BY_OP = {
     "gather": ("raise", "wrap", "clip", "fill"),
     "op": ("raise", "wrap", "clip", "fill"),

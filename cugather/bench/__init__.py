@@ -128,9 +128,9 @@ def _load_peers(enabled: bool) -> dict:
 
 def _family(cp, quick, repeat, peers):
     try:
-        from . import family as bench_family
+        from . import elements_nd as bench_elements_nd
     except ImportError:
         return []
     from .measure import run_family_case
 
-    return [run_family_case(cp, c, repeat) for c in _progress(bench_family.cases(quick), "family")]
+    return [run_family_case(cp, c, repeat) for c in _progress(bench_elements_nd.cases(quick), "family")]

@@ -174,9 +174,10 @@ def host_overhead(cp, case: Case, peers: dict) -> dict:
 
 
 def divmod_comparison(cp, repeat: int) -> list:
-    """The fallback (elem) kernel with 32-bit fast_divmod, 64-bit fast_divmod
+    """The strided fallback kernel with 32-bit fast_divmod, 64-bit fast_divmod
     and plain 64-bit division, on two cases."""
     import cugather
+    from ..runtime import bind, execute
     from .cases import by_name
 
     rows = []
@@ -184,19 +185,25 @@ def divmod_comparison(cp, repeat: int) -> list:
         case = by_name(name)
         data, idx = _make(cp, case)
         ref = cugather.gather(data, idx, case.axis, mode="wrap")
+        op = cugather.GatherOp(case.axis, mode="wrap")
         row = {"case": name}
         for math_name in ("fast32", "fast64", "div64"):
-            op = cugather.GatherOp(case.axis, mode="wrap")
-            op._force = {"kind": "elem", "math_name": math_name}
-            got = op(data, idx)
-            assert _same(got, ref), math_name
-            row[math_name] = _stats(time_cupy(cp, lambda: op(data, idx), repeat), case.moved_bytes)
+            plan = op.plan(data, idx, kind="strided", math_name=math_name)
+            device = data.data.device_id
+            bound = bind(plan, device)
+
+            def call(bound=bound, device=device):
+                return execute(bound, data, idx, None, None, device)
+            if not _same(call(), ref):
+                raise AssertionError(f"{name}: the strided kernel with {math_name} differs "
+                                     f"from the default plan")
+            row[math_name] = _stats(time_cupy(cp, call, repeat), case.moved_bytes)
         rows.append(row)
     return rows
 
 
 def run_family_case(cp, c: dict, repeat: int) -> dict:
-    """A gather_elements / gather_nd case from cugather.bench_family: the copy
+    """A gather_elements / gather_nd case from cugather.bench.elements_nd: the copy
     ceiling, cugather (wrap), its variants (raise) and the peers."""
     rng = cp.random.default_rng(1)
     state = c["setup"](cp, rng)  # checks cugather against every peer once

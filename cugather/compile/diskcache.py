@@ -17,7 +17,7 @@ import warnings
 from dataclasses import asdict, replace
 from typing import Optional
 
-from .render import KIND_SPECS, Source
+from .render import TEMPLATE, Source
 from ..plan.keys import KernelKey
 from .nvrtc import BASE_OPTIONS, CacheEntryError, CacheWarning, CompiledKernel, nvrtc_version
 from .._version import __version__
@@ -122,8 +122,7 @@ def read_entry(path: str) -> tuple:
         if n_bin + n_ptx + n_src != len(blobs):
             raise ValueError("section sizes do not add up")
         key = KernelKey(**meta["key"])
-        source = Source(key, key.entry, KIND_SPECS[key.kind].args_type,
-                        KIND_SPECS[key.kind].template,
+        source = Source(key, key.entry, key.spec.args_type, TEMPLATE,
                         blobs[n_bin + n_ptx:].decode(), meta["sources_digest"])
         ck = CompiledKernel(source, meta["arch"], tuple(meta["options"]), blobs[:n_bin],
                             from_disk=True, path=path,

@@ -1,9 +1,10 @@
 """Rendering: KernelKey -> CUDA source text.  Pure (Jinja2 only, no GPU).
 
 This module owns the Jinja2 environment.  A rendered source is
-self-contained: its first line records where it came from, the headers of
-kernels/ are inlined (so any cache keyed on the text changes when a header
-changes), and the argument-block layout is asserted against cugather/_layout.py.
+self-contained: its first line records where it came from, then the tuning
+constants of cugather/plan/tuning.py, the headers of kernels/ inlined (so any
+cache keyed on the text changes when a header or a constant changes), and the
+argument-struct layout asserted against cugather/plan/layout.py.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from importlib import resources
 
 import jinja2
 
+from .._version import __version__
 from ..plan.keys import KernelKey
 from ..plan.layout import ARGS_DTYPES, layout_of
-from .._version import __version__
+from ..plan.tuning import KERNEL_DEFINES
 
-__all__ = ["Source", "render", "sources_digest", "header_names"]
+__all__ = ["Source", "render", "sources_digest", "header_names", "TEMPLATE"]
+
+#: The one template every kernel is rendered from.
+TEMPLATE = "gather.cu.j2"
 
 UNIT_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 INDEX_TYPES = {"int32": "int", "int64": "long long"}
@@ -28,45 +33,6 @@ MODE_CONSTANTS = {
     "raise": "cg::MODE_RAISE", "wrap": "cg::MODE_WRAP", "clip": "cg::MODE_CLIP",
     "clip_numpy": "cg::MODE_CLIP_NUMPY", "fill": "cg::MODE_FILL",
 }
-
-
-@dataclass(frozen=True)
-class _KindSpec:
-    template: str
-    function: str
-    args_type: str
-    headers: tuple
-    min_blocks: object = 1  # __launch_bounds__ minimum resident blocks: int or f(key)
-
-
-_GATHER_HEADERS = ("common.cuh", "gather.cuh")
-KIND_SPECS = {
-    # Minimum resident blocks cap registers (65536 / (256 * blocks)) where that
-    # costs no spills (checked by the NVRTC tier): more threads, more loads in flight.
-    "rows": _KindSpec("gather.cu.j2", "gather_rows", "GatherArgs", _GATHER_HEADERS,
-                      lambda key: (2 if key.math != "fast32" else 6 if key.unit == 16
-                                   else 5 if key.unit == 8 else 8)),
-    "chunks": _KindSpec("gather.cu.j2", "gather_chunks", "GatherArgs", _GATHER_HEADERS,
-                        lambda key: 8 if key.math == "fast32" else 1),
-    "scalar": _KindSpec("gather.cu.j2", "gather_scalar", "GatherArgs", _GATHER_HEADERS),
-    "inner": _KindSpec("gather.cu.j2", "gather_inner", "GatherArgs", _GATHER_HEADERS, 4),
-    "elem": _KindSpec("gather.cu.j2", "gather_elem", "ElemArgs", _GATHER_HEADERS),
-    "check": _KindSpec("gather.cu.j2", "check_indices", "CheckArgs", _GATHER_HEADERS),
-}
-_FAMILY_HEADERS = ("common.cuh", "gather_family.cuh")
-
-
-def _family_min_blocks(key: KernelKey) -> int:
-    # 16-byte units take 6: at 8 (32 registers) they would spill.
-    return 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8
-
-
-KIND_SPECS.update({
-    "elements": _KindSpec("gather.cu.j2", "gather_elements", "ElementsArgs", _FAMILY_HEADERS,
-                          _family_min_blocks),
-    "nd": _KindSpec("gather.cu.j2", "gather_nd", "NDArgs", _FAMILY_HEADERS, _family_min_blocks),
-    "check_nd": _KindSpec("gather.cu.j2", "check_nd", "NDCheckArgs", _FAMILY_HEADERS),
-})
 
 
 @dataclass(frozen=True)
@@ -98,8 +64,9 @@ def _template_names() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def sources_digest() -> str:
-    """sha256 over the package version, every header and every template."""
-    h = hashlib.sha256(__version__.encode())
+    """sha256 over the package version, the tuning constants, every header and
+    every template."""
+    h = hashlib.sha256(__version__.encode() + repr(sorted(KERNEL_DEFINES.items())).encode())
     for package, names in (("cugather.kernels", header_names()),
                            ("cugather.templates", _template_names())):
         for name in names:
@@ -121,7 +88,7 @@ def _environment() -> jinja2.Environment:
 
 def _template_args(key: KernelKey) -> list[str]:
     index_type = INDEX_TYPES[key.index_dtype]
-    if key.kind in ("check", "check_nd"):
+    if not key.spec.moves_data:
         return [index_type]
     return [UNIT_TYPES[key.unit], index_type, MATH_TYPES[key.math], MODE_CONSTANTS[key.mode]]
 
@@ -129,16 +96,17 @@ def _template_args(key: KernelKey) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def render(key: KernelKey) -> Source:
     """Render the CUDA source of ``key``."""
-    spec = KIND_SPECS[key.kind]
+    spec = key.spec
     digest = sources_digest()
     provenance = (
-        f"// cugather {__version__} | template {spec.template} | kind={key.kind} "
+        f"// cugather {__version__} | template {TEMPLATE} | kind={key.kind} "
         f"unit={key.unit} index={key.index_dtype} math={key.math} mode={key.mode} "
         f"| sources sha256:{digest[:16]}")
-    headers = "\n".join(
-        f"// ---- kernels/{name} ----\n{_read('cugather.kernels', name)}" for name in spec.headers)
-    text = _environment().get_template(spec.template).render(
+    headers = "\n".join(f"// ---- kernels/{name} ----\n{_read('cugather.kernels', name)}"
+                        for name in ("common.cuh", spec.header))
+    text = _environment().get_template(TEMPLATE).render(
         provenance=provenance,
+        defines=sorted(KERNEL_DEFINES.items()),
         headers=headers,
         layout=layout_of(spec.args_type),
         args_type=spec.args_type,
@@ -148,4 +116,4 @@ def render(key: KernelKey) -> Source:
         function=spec.function,
         template_args=_template_args(key),
     )
-    return Source(key, key.entry, spec.args_type, spec.template, text, digest)
+    return Source(key, key.entry, spec.args_type, TEMPLATE, text, digest)

@@ -32,8 +32,8 @@ from ..compile import compiler as _compiler
 from ..compile.compiler import CacheWarning, CompiledKernel, CompileError
 from .disasm import SassUnavailableError, find_disassembler
 from .kernel_info import FUNCTION_ATTRIBUTES, KernelInfo
-from ..plan.keys import INDEX_DTYPES, KINDS, UNITS, KernelKey
-from ..plan.gather import unit_for
+from ..plan.keys import INDEX_DTYPES, KIND_SPECS, KINDS, UNITS, KernelKey
+from ..plan.core import unit_for
 
 __all__ = [
     "CacheInfo", "Cleared", "KernelInfo", "DiskEntry", "SassUnavailableError",
@@ -121,10 +121,9 @@ def cache_clear(disk: bool = False) -> Cleared:
     are re-read (so an edited header takes effect).  Arrays already returned,
     and launches in flight, are unaffected.
     """
-    from ..runtime import family as _family
-    from ..ops.gather import _clear_plan_caches
+    from ..runtime.cache import clear_all
 
-    plans = _clear_plan_caches() + _family.cache_clear()
+    plans = clear_all()
     n_kernels = len({id(ck) for ck in _compiler.compiled_kernels()}
                     | {id(lk.compiled) for lk in _compiler.loaded_kernels()})
     _compiler.clear()
@@ -198,9 +197,11 @@ def compile(kind: str, dtype, index_dtype, *, mode: str = "raise", arch: str = "
     Parameters
     ----------
     kind : str
-        Kernel variant, one of ``cugather._keys.KINDS`` (``"rows"``,
-        ``"scalar"``, ``"inner"``, ``"elem"``; ``"check"`` is raise mode's
-        bounds check, which moves no data and takes no dtype or unit).
+        Kernel variant, one of ``cugather.plan.keys.KINDS`` (Gather's
+        ``"rows"``, ``"chunks"``, ``"scalar"``, ``"inner"``, ``"strided"``,
+        GatherElements' ``"elements"``, GatherND's ``"nd"``; ``"check"`` and
+        ``"check_nd"`` are raise mode's bounds checks, which move no data and
+        take no dtype or unit).
     dtype : dtype-like or None
         Element type of the table.  Kernels move bytes, not typed values: a
         kernel is built per *unit* (1, 2, 4, 8 or 16 bytes per load/store), and
@@ -249,11 +250,7 @@ def compile(kind: str, dtype, index_dtype, *, mode: str = "raise", arch: str = "
 
 def _moves_no_data(kind: str) -> bool:
     """True for the bounds-check kinds, whose only unit is 0."""
-    try:
-        KernelKey(kind, 0, INDEX_DTYPES[0], "fast64", "raise")
-    except ValueError:
-        return False
-    return True
+    return not KIND_SPECS[kind].moves_data
 
 
 def compile_key(key: KernelKey, *, arch: str = "sm_90", options: tuple = (),

@@ -1,60 +1,80 @@
-"""Public GatherElements API: gather_elements (ONNX, torch.gather) and
-take_along_axis (numpy).
+"""ONNX GatherElements (``gather_elements``, torch.gather) and numpy's
+``take_along_axis``.
 
-Pipeline per call: validate and normalise (``_arrays``) -> the bound plan for
-this geometry (``_family_plan.plan_elements``, cached in ``_family``) -> one
-launch of the elements kernel; raise mode adds a bounds check and one sync.
+Per call: validate (``cugather.validate``) -> the op runtime: the plan
+(``cugather.plan.elements``) cached for this geometry, bound on first use,
+one launch of the elements kernel; raise mode adds a bounds check and one
+host synchronisation.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 
-from .. import validate as _arrays
-from ..runtime import family as _family
-from ..validate import GATHER_MODES, cupy_module
-from ..plan.family import along_axis_shape, elements_shape, plan_elements
-from ..plan.gather import Operand, normalize_axis
+from .. import validate
+from ..plan.core import DeviceLimits, Operand, Plan
+from ..plan.elements import along_axis_shape, elements_shape, plan_elements
+from ..runtime.cache import CacheInfo
+from ..runtime.launch import CUDA
+from ..runtime.op import OpRuntime
 
-__all__ = ["gather_elements", "take_along_axis"]
+__all__ = ["gather_elements", "take_along_axis", "run", "plan_for", "cache_info", "cache_clear"]
+
+_INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
+_SHAPE_RULES = {"elements": elements_shape, "along": along_axis_shape}
 
 
-def _call(tag, data, indices, axis, out, mode, fill_value, stream, shape_rule):
-    if stream is not None:  # conversions and copies run on it too
-        with _arrays.current_stream(stream):
-            return _call(tag, data, indices, axis, out, mode, fill_value, None, shape_rule)
-    cp = cupy_module()
-    mem = data.data
-    device = mem.device_id
-    if (type(indices) is not cp.ndarray or indices.dtype not in _arrays.INDEX_DTYPES
-            or not indices.flags.c_contiguous or indices.data.device_id != device):
-        indices = _arrays.as_indices(indices, device)
+def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force) -> Plan:
+    """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs)."""
+    out_shape = _SHAPE_RULES[geo.op](geo.data_shape, geo.indices_shape, geo.axis)
+    data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
+    return plan_elements(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
+                         out_shape=out_shape, out_align=geo.out_align, **force)
+
+
+_RUNTIME = OpRuntime(plan_for, 512)
+
+
+def cache_info() -> CacheInfo:
+    """Hits, misses, maxsize and size of the plan cache of gather_elements and
+    take_along_axis."""
+    return _RUNTIME.info()
+
+
+def cache_clear() -> int:
+    """Drop every cached plan of gather_elements and take_along_axis."""
+    return _RUNTIME.clear()
+
+
+def run(op: str, data, indices, axis, out, mode: str, fill_value, stream, device: int,
+        backend):
+    """GatherElements (``op="elements"``) or take_along_axis (``op="along"``) on
+    arrays already validated for ``backend``: geometry, runtime, launch."""
     if type(axis) is not int or not -data.ndim <= axis < data.ndim:
-        axis = normalize_axis(axis, data.ndim)  # TypeError / AxisError, or a plain int
-    axis %= data.ndim
-    p = mem.ptr
-    q = out.data.ptr if isinstance(out, cp.ndarray) else 0
-    key = (tag, device, data.shape, data.strides, data.dtype, indices.shape, indices.dtype,
-           (p & 255 and p & -p) or 256, (q & 255 and q & -q) or 256, axis, mode,
-           _family.fill_key(fill_value))
-    bound = _family.bound_for(key, lambda: _plan(data, indices, axis, mode, shape_rule, key),
-                              device, fill_value, data.dtype)
-    if bound.copy_data:
-        with cp.cuda.Device(device):
-            data = data.copy(order="C")
-        return _call(tag, data, indices, axis, out, mode, fill_value, stream, shape_rule)
-    return _family.run(bound, data, indices, out, stream, device)
+        axis = validate.normalize_axis(axis, data.ndim)  # TypeError / AxisError
+    if type(fill_value) is not int:
+        validate.check_fill(fill_value)
+    geo = validate.geometry(op, backend, device, data, indices, out, axis % data.ndim, mode,
+                            validate.fill_token(fill_value) if mode == "fill" else None)
+    return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
 
 
-def _plan(data, indices, axis, mode, shape_rule, key):
-    out_shape = shape_rule(data.shape, indices.shape, axis)
-    return plan_elements(Operand(data.shape, data.strides, data.itemsize, key[7]),
-                         indices.shape, indices.dtype.name, axis, mode,
-                         out_shape=out_shape, out_align=key[8])
+def _call(op, data, indices, axis, out, mode, fill_value, stream):
+    if stream is not None:  # conversions and copies run on it too
+        with validate.current_stream(stream):
+            return _call(op, data, indices, axis, out, mode, fill_value, None)
+    cp = validate.cupy_module()
+    device = data.data.device_id
+    if (type(indices) is not cp.ndarray or indices.dtype not in _INDEX_DTYPES
+            or not indices.flags.c_contiguous or indices.data.device_id != device):
+        indices = validate.as_indices(indices, device)
+    return run(op, data, indices, axis, out, mode, fill_value, stream, device, CUDA)
 
 
 def gather_elements(data, indices, axis: int = 0, *, out=None, mode: str = "raise",
-                    fill_value=0, stream=None):
+                    fill_value: Any = 0, stream=None):
     """ONNX ``GatherElements`` (``torch.gather``): pick one element per index.
 
     ``out[i][j][k] = data[indices[i][j][k]][j][k]`` for ``axis=0``, and
@@ -101,14 +121,13 @@ def gather_elements(data, indices, axis: int = 0, *, out=None, mode: str = "rais
     ValueError
         If the ranks differ or indices exceed data on another dimension.
     """
-    _arrays.check_mode(mode, GATHER_MODES)
-    cp = cupy_module()
+    validate.check_mode(mode, validate.GATHER_MODES)
+    cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
-        data = _arrays.as_data(data)
+        data = validate.as_data(data)
     if data.ndim == 0:
         raise ValueError("data must have at least one dimension, got a 0-d array")
-    return _call("elements", data, indices, axis, out, mode, fill_value, stream,
-                 elements_shape)
+    return _call("elements", data, indices, axis, out, mode, fill_value, stream)
 
 
 def take_along_axis(arr, indices, axis=-1):
@@ -141,10 +160,10 @@ def take_along_axis(arr, indices, axis=-1):
     ValueError
         If ``indices`` does not have ``arr``'s number of dimensions.
     """
-    cp = cupy_module()
-    arr = _arrays.as_data(arr, "arr")
-    if _arrays._is_gpu_array(indices) and not isinstance(indices, cp.ndarray):
-        indices = _arrays.as_data(indices, "indices")  # torch and others: a zero-copy view
+    cp = validate.cupy_module()
+    arr = validate.as_data(arr, "arr")
+    if validate.is_gpu_array(indices) and not isinstance(indices, cp.ndarray):
+        indices = validate.as_data(indices, "indices")  # torch and others: a zero-copy view
     if not hasattr(indices, "dtype"):
         indices = numpy.asarray(indices)
         if indices.size == 0 and indices.dtype.kind == "f":
@@ -158,4 +177,4 @@ def take_along_axis(arr, indices, axis=-1):
         with cp.cuda.Device(arr.data.device_id):
             arr = arr.reshape(-1)
         axis = 0
-    return _call("along", arr, indices, axis, None, "raise", 0, None, along_axis_shape)
+    return _call("along", arr, indices, axis, None, "raise", 0, None)

@@ -1,80 +1,33 @@
-"""Public gather API: GatherOp, gather (ONNX Gather) and take (numpy.take).
+"""ONNX Gather and numpy.take: GatherOp, gather and take.
 
-Pipeline per call: validate and normalise (``_arrays``) -> look up the plan
-for this geometry (``_plan``, cached per op) -> bound kernel (``_compiler`` +
-``_launch``) -> launch.  A cached call is a dictionary hit, an output
-allocation and one launch; raise mode adds a bounds check and one sync.
+Per call: validate (``cugather.validate``) -> the op runtime
+(``cugather.runtime``): the plan cached for this geometry, bound on first use,
+launched.  A cached call is a dictionary hit, an output allocation and one
+launch; raise mode adds a bounds check and one host synchronisation.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import weakref
-from collections import OrderedDict, namedtuple
-from typing import Optional
+from collections import OrderedDict
+from typing import Any, Optional
 
 import numpy
 
-from .. import validate as _arrays
-from ..validate import GATHER_MODES, TAKE_MODES, alignment, cupy_module
-from ..compile.compiler import load_kernel
-from ..runtime.launch import BoundKernel, _ready, fill_words, launch_checked
-from ..plan.gather import DeviceLimits, GatherPlan, Operand, normalize_axis, plan_gather
+from .. import validate
+from ..plan.core import DeviceLimits, Operand
+from ..plan.gather import GatherPlan, plan_gather
+from ..runtime.cache import CacheInfo
+from ..runtime.launch import CUDA
+from ..runtime.op import OpRuntime
 
-__all__ = ["GatherOp", "gather", "take", "CacheInfo"]
+__all__ = ["GatherOp", "gather", "take", "take_op", "run"]
 
-CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
-
-_INDEX_DTYPES = frozenset(_arrays.INDEX_DTYPES)
-
-
-class _Fast:
-    """CuPy callables of the cached path, looked up once (None until CuPy loads)."""
-
-    ndarray = get_device = current_stream = None
-
-    @classmethod
-    def load(cls):
-        cp = cupy_module()
-        cls.ndarray = cp.ndarray
-        cls.get_device = cp.cuda.runtime.getDevice
-        cls.current_stream = cp.cuda.get_current_stream
-        return cls
-
-
-_live_ops = weakref.WeakSet()  # every GatherOp, so jit.cache_clear() can reach their plans
-_live_lock = threading.Lock()
-_limits: dict = {}
-
-
-def _device_limits(device: int) -> DeviceLimits:
-    lim = _limits.get(device)
-    if lim is None:
-        cp = cupy_module()
-        attrs = cp.cuda.Device(device).attributes
-        lim = DeviceLimits(sm_count=attrs["MultiProcessorCount"],
-                           max_shared_mem=attrs["MaxSharedMemoryPerBlock"])
-        _limits[device] = lim
-    return lim
-
-
-class _Bound:
-    """A cached plan with its kernels bound on one device."""
-
-    __slots__ = ("plan", "gather", "check", "out_shape", "copy_data", "fast")
-
-    def __init__(self, plan: GatherPlan, gather, check, contiguous_indices: bool):
-        self.plan, self.gather, self.check = plan, gather, check
-        self.out_shape = plan.out_shape
-        self.copy_data = plan.copy_data
-        # fast: one launch and nothing else (no check, no copy, non-empty output)
-        self.fast = (gather is not None and check is None and not plan.copy_data
-                     and contiguous_indices)
+_INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 
 
 class GatherOp:
-    """A gather along one axis with fixed mode, caching per-shape plans.
+    """A gather along one axis with a fixed mode, caching per-shape plans.
 
     Parameters
     ----------
@@ -91,271 +44,194 @@ class GatherOp:
     fill_value : scalar
         Value written for out-of-range indices in ``"fill"`` mode.
     cache_size : int
-        Most per-shape plans kept (the oldest are dropped first).
+        Most per-shape plans kept (the least recently used are dropped first).
 
     Calling ``op(data, indices, out=None, stream=None)`` returns
     ``take(data, indices, axis)`` as a CuPy array on ``data``'s device.
     """
 
-    def __init__(self, axis: int = 0, *, mode: str = "raise", fill_value=0,
-                 cache_size: int = 256):
-        self._init(axis, _arrays.check_mode(mode, GATHER_MODES), mode, fill_value, cache_size)
+    # ONNX Gather: every index is checked, integer indices only, 0-d data refused.
+    _MODES = validate.GATHER_MODES
+    _KERNEL_MODES = {m: m for m in validate.GATHER_MODES}
+    _OP = "gather"
+    _DATA = "data"
+    _ALLOW_BOOL = False
+    _CHECK_UNREAD = True
 
-    def _init(self, axis, public_mode, kernel_mode, fill_value, cache_size, allow_bool=False):
+    def __init__(self, axis: int = 0, *, mode: str = "raise", fill_value: Any = 0,
+                 cache_size: int = 256):
+        validate.check_mode(mode, self._MODES)
         if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
             raise TypeError(f"axis must be an integer, got {type(axis).__name__} {axis!r}")
-        if not isinstance(cache_size, int) or cache_size < 1:
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
-        _arrays.check_fill(fill_value)
+        validate.check_fill(fill_value)
         self.axis = int(axis)
-        self.mode = public_mode
+        self.mode = mode
         self.fill_value = fill_value
-        self._kernel_mode = kernel_mode
-        self._allow_bool = allow_bool
-        self._maxsize = cache_size
-        self._cache: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-        self._hits = self._misses = 0
-        with _live_lock:
-            _live_ops.add(self)
-        self._force = {}  # plan overrides (kind, math_name, max_grid) for tests and benchmarks
+        self._kernel_mode = self._KERNEL_MODES[mode]
+        self._runtime = OpRuntime(self._plan_geometry, cache_size)
 
-    def __repr__(self):
-        return (f"GatherOp(axis={self.axis}, mode={self.mode!r}, fill_value={self.fill_value!r},"
-                f" cached_plans={len(self._cache)})")
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(axis={self.axis}, mode={self.mode!r}, "
+                f"fill_value={self.fill_value!r}, cached_plans={self.cache_info().currsize})")
 
     # ------------------------------------------------------------ cache
     def cache_info(self) -> CacheInfo:
         """Plan-cache statistics: hits, misses, maxsize, currsize."""
-        with self._lock:
-            return CacheInfo(self._hits, self._misses, self._maxsize, len(self._cache))
+        return self._runtime.info()
 
     def cache_clear(self) -> None:
         """Drop every cached plan and reset the counters."""
-        with self._lock:
-            self._cache.clear()
-            self._hits = self._misses = 0
+        self._runtime.clear()
 
     # ------------------------------------------------------------ planning
-    def _plan_for(self, data: Operand, indices_shape, index_dtype, out_align=256,
-                  limits: DeviceLimits = DeviceLimits(), **force) -> GatherPlan:
-        axis = normalize_axis(self.axis, len(data.shape))
-        # take() (allow_bool) follows numpy.take: unread indices are not checked.
-        return plan_gather(data, tuple(indices_shape), index_dtype, axis, self._kernel_mode,
-                           out_align=out_align, limits=limits,
-                           check_unread=not self._allow_bool, **force)
+    def _plan_geometry(self, geo: validate.Geometry, limits: DeviceLimits,
+                       **force) -> GatherPlan:
+        data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
+        return plan_gather(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
+                           out_align=geo.out_align, limits=limits,
+                           check_unread=self._CHECK_UNREAD, **force)
 
     def plan(self, data, indices, **force) -> GatherPlan:
         """The plan a call with these operands would use; launches nothing.
 
-        ``data`` and ``indices`` may be arrays (NumPy or CuPy), or
-        ``(shape, dtype)`` pairs; no GPU is needed.  Keyword arguments
-        ``kind``, ``math_name`` and ``max_grid`` force a variant (testing).
+        ``data`` and ``indices`` may be arrays (NumPy or CuPy; indices also an
+        int or a sequence), or ``(shape, dtype)`` pairs; no GPU is needed.
+        Everything the call checks is checked here too.  Keyword arguments
+        ``kind``, ``math_name``, ``max_grid`` and ``row_unroll`` force a
+        variant (testing).
         """
-        data_op, _ = _operand(data, "data")
-        index_op, idx_dtype = _operand(indices, "indices")
-        idx_dtype = _arrays._index_dtype(idx_dtype, self._allow_bool, "indices")
+        data_op, dtype = _describe(data, self._DATA)
+        validate.check_data_dtype(dtype, self._DATA)
         if not data_op.shape:
-            raise ValueError("data must have at least one dimension, got a 0-d array")
-        return self._plan_for(data_op, index_op.shape, idx_dtype.name, **force)
-
-    def _bind(self, key, data, indices, device: int, out_align: int) -> _Bound:
-        if data.ndim == 0:
-            raise ValueError("data must have at least one dimension, got a 0-d array")
-        plan = self._plan_for(Operand(data.shape, data.strides, data.itemsize, key[7]),
-                              indices.shape, indices.dtype.name, out_align,
-                              _device_limits(device), **self._force)
-        fill = None
+            data_op = self._zero_d(data_op)
+        idx_shape, idx_dtype = _describe_indices(indices)
+        idx_dtype = validate.index_dtype(idx_dtype, self._ALLOW_BOOL)
         if self._kernel_mode == "fill":
-            # Units narrower than an element take their part of it (fill_at).
-            fill = fill_words(_arrays.fill_bytes(self.fill_value, data.dtype))
-        if (plan.n_indices and not plan.axis_len and self._kernel_mode != "fill"
-                and math.prod(plan.out_shape)):
-            raise IndexError(f"cannot take {plan.n_indices} indices from axis {plan.axis} of "
-                             f"size 0 (mode={self.mode!r})")
-        gather = check = None
-        if plan.key is not None:
-            fields = dict(plan.fields)
-            if fill is not None:
-                fields["fill"] = fill
-            spec_type = "ElemArgs" if plan.key.kind == "elem" else "GatherArgs"
-            fn = load_kernel(plan.key, device).function
-            gather = BoundKernel(fn, spec_type, fields, plan.grid, plan.block, plan.shared_mem)
-        if plan.check_key is not None:
-            fn = load_kernel(plan.check_key, device).function
-            grid = (max(1, min(-(-plan.n_indices // 256), 4096)), 1, 1)
-            check = BoundKernel(fn, "CheckArgs", dict(n=plan.n_indices, axis_len=plan.axis_len),
-                                grid, (256, 1, 1))
-        contiguous_idx = indices.flags.c_contiguous
-        return _Bound(plan, gather, check, contiguous_idx)
+            validate.fill_bytes(self.fill_value, dtype)
+        axis = validate.normalize_axis(self.axis, len(data_op.shape))
+        geo = validate.Geometry(self._OP, None, 0, data_op.shape, data_op.strides, dtype,
+                                idx_shape, idx_dtype, data_op.align, 256, axis,
+                                self._kernel_mode, None)
+        return self._plan_geometry(geo, DeviceLimits(), **force)
+
+    def _zero_d(self, data):
+        raise ValueError(f"{self._DATA} must have at least one dimension, got a 0-d array")
 
     # ------------------------------------------------------------ call
     def __call__(self, data, indices, *, out=None, stream=None):
         if stream is not None:  # conversions and copies run on it too
-            with _arrays.current_stream(stream):
-                return self._call(data, indices, out)
-        return self._call(data, indices, out)
+            with validate.current_stream(stream):
+                return self._call(data, indices, out, stream)
+        return self._call(data, indices, out, None)
 
-    def _call(self, data, indices, out, stream=None):
-        fast = _Fast if _Fast.ndarray is not None else _Fast.load()
-        ndarray = fast.ndarray
+    def _call(self, data, indices, out, stream):
+        ndarray = validate.cupy_module().ndarray
         if type(data) is not ndarray:
-            data = _arrays.as_data(data)
-        mem = data.data
-        device = mem.device_id
+            data = validate.as_data(data, self._DATA)
+        if data.ndim == 0:
+            data = self._zero_d(data)
+        device = data.data.device_id
         if (type(indices) is not ndarray or indices.dtype not in _INDEX_DTYPES
-                or indices.data.device_id != device):
-            indices = _arrays.as_indices(indices, device, allow_bool=self._allow_bool)
-        p = mem.ptr
-        key = (device, data.shape, data.strides, data.dtype, indices.shape, indices.strides,
-               indices.dtype, (p & 255 and p & -p) or 256)
-        if out is not None:
-            q = out.data.ptr if isinstance(out, ndarray) else 0
-            key += ((q & 255 and q & -q) or 256,)
-        bound = self._cache.get(key)
-        if bound is None:
-            bound = self._miss(key, data, indices, device)
-        else:
-            self._hits += 1  # unlocked: exact single-threaded, approximate under contention
-        if (bound.fast and fast.get_device() == device
-                and device in getattr(_ready, "devices", ())):
-            # The cached path: allocate, launch.
-            if out is None:
-                out = ndarray(bound.out_shape, data.dtype)
-            else:
-                _arrays.check_out(out, bound.out_shape, data.dtype, device,
-                                  {"data": data, "indices": indices})
-            bound.gather.launch3(
-                p, indices.data.ptr, out.data.ptr,
-                fast.current_stream().ptr if stream is None else _arrays.stream_pointer(stream))
-            return out
-        return self._call_slow(bound, data, indices, out, stream, device)
-
-    def _miss(self, key, data, indices, device: int) -> _Bound:
-        out_align = key[8] if len(key) > 8 else 256
-        bound = self._bind(key, data, indices, device, out_align)
-        with self._lock:
-            self._misses += 1
-            self._cache[key] = bound
-            while len(self._cache) > self._maxsize:  # drop the oldest plan
-                self._cache.popitem(last=False)
-        return bound
-
-    def _call_slow(self, bound: _Bound, data, indices, out, stream, device: int):
-        """Everything but the cached fast path: copies, raise mode, device switch."""
-        cp = cupy_module()
-        if bound.copy_data:
-            return self._call(_contiguous_copy(data, device), indices, out, stream)
-        if not indices.flags.c_contiguous:
-            with cp.cuda.Device(device):
-                indices = cp.ascontiguousarray(indices).reshape(indices.shape)
-        return launch_checked(bound.gather, bound.check, bound.out_shape, data, indices, out,
-                              stream, device, lambda pos: _index_error(bound.plan, indices, pos))
+                or not indices.flags.c_contiguous or indices.data.device_id != device):
+            indices = validate.as_indices(indices, device, allow_bool=self._ALLOW_BOOL)
+        return run(self, data, indices, out, stream, device, CUDA)
 
 
-def _index_error(plan, indices, pos: int) -> IndexError:
-    """The IndexError for the out-of-range index at flat position ``pos``."""
-    value = int(indices.reshape(-1)[pos].get())
-    where = tuple(int(i) for i in numpy.unravel_index(pos, indices.shape))
-    n = plan.axis_len
-    return IndexError(
-        f"index {value} is out of bounds for axis {plan.axis} with size {n} "
-        f"(at indices{list(where)}; valid range [{-n}, {n - 1}])")
+class _TakeOp(GatherOp):
+    """numpy.take's semantics: clip clamps negatives to 0, bool indices are
+    allowed, indices no outer slice reads are not checked, 0-d data is 1-d."""
+
+    _MODES = validate.TAKE_MODES
+    _KERNEL_MODES = {"raise": "raise", "wrap": "wrap", "clip": "clip_numpy"}
+    _OP = "take"
+    _DATA = "a"
+    _ALLOW_BOOL = True
+    _CHECK_UNREAD = False
+
+    def _zero_d(self, data):
+        if isinstance(data, Operand):
+            return Operand((1,), (data.itemsize,), data.itemsize, data.align)
+        return data.reshape(1)
 
 
-def _contiguous_copy(data, device: int):
-    """A fresh C-contiguous, 256-byte aligned copy of ``data``.
-
-    CuPy's own copy kernels assume element alignment, so an array whose
-    address or strides are not multiples of its item size is copied by a
-    gather along axis 0 with identity indices instead (units fit any layout).
-    """
-    cp = cupy_module()
-    isz = data.itemsize
-    aligned = data.data.ptr % isz == 0 and all(s % isz == 0 for s in data.strides)
-    with cp.cuda.Device(device):
-        if aligned:
-            return data.copy(order="C")
-        op = GatherOp.__new__(GatherOp)
-        op._init(0, "wrap", "wrap", 0, 4)
-        op._force = {"kind": "elem"}
-        plan = op.plan(data, (data.shape[:1], numpy.int64))
-        if plan.copy_data:
-            raise ValueError(f"data of shape {data.shape} with strides {data.strides} at an "
-                             f"address not aligned to its item size ({isz}) cannot be "
-                             f"gathered: make it contiguous first")
-        return op(data, cp.arange(data.shape[0], dtype=numpy.int64))
+def take_op(axis, mode: str, cache_size: int = 256) -> GatherOp:
+    """A GatherOp with numpy.take's semantics (what :func:`take` runs)."""
+    return _TakeOp(axis, mode=mode, cache_size=cache_size)
 
 
-def _operand(obj, argname: str):
-    """(Operand, dtype) for an array, or a (shape, dtype) pair."""
+def run(op: GatherOp, data, indices, out, stream, device: int, backend):
+    """``op`` on arrays already validated for ``backend``: geometry, runtime, launch."""
+    nd = data.ndim
+    axis = op.axis
+    if not -nd <= axis < nd:
+        axis = validate.normalize_axis(axis, nd)  # numpy's AxisError
+    geo = validate.geometry(op._OP, backend, device, data, indices, out, axis % nd,
+                            op._kernel_mode, None)
+    return op._runtime.run(geo, data, indices, out, stream, op.fill_value)
+
+
+def _describe(obj, argname: str):
+    """(Operand, dtype) of an array, or of a ``(shape, dtype)`` pair."""
     if isinstance(obj, tuple) and len(obj) == 2 and not hasattr(obj, "shape"):
         shape, dtype = obj
         dtype = numpy.dtype(dtype)
         shape = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
         return Operand.contiguous(shape, dtype.itemsize), dtype
-    if isinstance(obj, (int, numpy.integer)) and not isinstance(obj, bool):
-        return Operand((), (), 8), numpy.dtype(numpy.int64)
-    if not hasattr(obj, "shape"):
-        obj = numpy.asarray(obj)
-        if obj.size == 0:
-            obj = obj.astype(numpy.int64)
+    if not (hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "strides")):
+        raise TypeError(f"{argname} must be an array (NumPy, CuPy or another GPU array) or a "
+                        f"(shape, dtype) pair, got {type(obj).__name__}")
     dtype = numpy.dtype(obj.dtype)
     ptr = getattr(getattr(obj, "data", None), "ptr", None)
     if ptr is None and isinstance(obj, numpy.ndarray):
         ptr = obj.ctypes.data
-    strides = tuple(getattr(obj, "strides", None) or Operand.contiguous(obj.shape, dtype.itemsize).strides)
-    return Operand(tuple(obj.shape), strides, dtype.itemsize,
-                   alignment(ptr) if ptr else 256), dtype
+    return Operand(tuple(obj.shape), tuple(obj.strides), dtype.itemsize,
+                   validate.alignment(ptr) if ptr else 256), dtype
 
 
-def _clear_plan_caches() -> int:
-    """Empty the plan cache of every live GatherOp; return how many plans were dropped."""
-    with _live_lock:
-        ops = list(_live_ops)
-    dropped = 0
-    for op in ops:
-        dropped += op.cache_info().currsize
-        op.cache_clear()
-    return dropped
+def _describe_indices(obj):
+    """(shape, dtype) of indices given as an array, a pair, an int or a sequence."""
+    if isinstance(obj, tuple) and len(obj) == 2 and not hasattr(obj, "shape") and (
+            isinstance(obj[0], (tuple, list, int)) and not isinstance(obj[1], (int, float))):
+        op, dtype = _describe(obj, "indices")
+        return op.shape, dtype
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        return tuple(obj.shape), numpy.dtype(obj.dtype)
+    host = numpy.asarray(obj)
+    if host.dtype == object:
+        raise TypeError(f"indices must be integers, got {type(obj).__name__} {obj!r:.80}")
+    if host.size == 0 and host.dtype.kind == "f":
+        host = host.astype(numpy.int64)  # [] is float64 to NumPy; numpy.take accepts it
+    return host.shape, host.dtype
 
 
 # ---------------------------------------------------------------- functions
-_ops: OrderedDict = OrderedDict()
-_GATHER_MODE_SET = frozenset(GATHER_MODES)
+_ops: OrderedDict = OrderedDict()  # the ops gather() and take() share, least recent first
 _ops_lock = threading.Lock()
+_MAX_SHARED_OPS = 64
 
 
-def _fill_key(fill_value):
-    """A hashable stand-in for ``fill_value``."""
+def _shared_op(cls, axis, mode: str, fill_value) -> GatherOp:
+    """The op the functions share for these settings (a bounded registry)."""
+    key = (cls, type(axis), axis, mode, validate.fill_token(fill_value))
     try:
-        hash(fill_value)
-        return (type(fill_value), fill_value)
-    except TypeError:
-        return (type(fill_value), repr(fill_value))
-
-
-def _shared_op(axis, mode: str, kernel_mode: str, fill_value, allow_bool: bool) -> GatherOp:
-    """The GatherOp the functions share for these settings (a bounded registry)."""
-    try:
-        key = (axis, type(axis), kernel_mode, allow_bool, type(fill_value), fill_value)
-        op = _ops.get(key)  # an unlocked read: the registry only grows under the lock
-    except TypeError:  # unhashable fill_value or axis: the op's own checks report it
-        key, op = None, None
+        op = _ops.get(key)  # an unlocked read: dict lookups are atomic
+    except TypeError:  # unhashable axis: the op's own check reports it
+        return cls(axis, mode=mode, fill_value=fill_value)
     if op is not None:
         return op
-    op = GatherOp.__new__(GatherOp)
-    op._init(axis, mode, kernel_mode, fill_value, 256, allow_bool)
-    if key is not None:
-        with _ops_lock:
-            op = _ops.setdefault(key, op)
-            if len(_ops) > 64:
-                _ops.popitem(last=False)
+    op = cls(axis, mode=mode, fill_value=fill_value)
+    with _ops_lock:
+        op = _ops.setdefault(key, op)
+        _ops.move_to_end(key)
+        while len(_ops) > _MAX_SHARED_OPS:
+            _ops.popitem(last=False)
     return op
 
 
-def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise", fill_value=0,
-           stream=None):
+def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise",
+           fill_value: Any = 0, stream=None):
     """ONNX ``Gather``: entries of ``data`` along ``axis`` at ``indices``.
 
     Parameters
@@ -389,9 +265,8 @@ def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise", fill_
         In ``"raise"`` mode, naming the first bad index, its position and the
         valid range; nothing is written.
     """
-    if type(mode) is not str or mode not in _GATHER_MODE_SET:
-        _arrays.check_mode(mode, GATHER_MODES)
-    return _shared_op(axis, mode, mode, fill_value, False)(data, indices, out=out, stream=stream)
+    validate.check_mode(mode, validate.GATHER_MODES)
+    return _shared_op(GatherOp, axis, mode, fill_value)(data, indices, out=out, stream=stream)
 
 
 def take(a, indices, axis: Optional[int] = None, out=None, mode: str = "raise"):
@@ -400,7 +275,7 @@ def take(a, indices, axis: Optional[int] = None, out=None, mode: str = "raise"):
     Parameters
     ----------
     a : cupy.ndarray or GPU array
-        Source array.
+        Source array (a 0-d array counts as 1-d, as in NumPy).
     indices : array_like of int
         Indices to take (bool is accepted, as by NumPy).
     axis : int, optional
@@ -415,10 +290,9 @@ def take(a, indices, axis: Optional[int] = None, out=None, mode: str = "raise"):
     -------
     cupy.ndarray
     """
-    _arrays.check_mode(mode, TAKE_MODES)
-    kernel_mode = "clip_numpy" if mode == "clip" else mode
+    validate.check_mode(mode, validate.TAKE_MODES)
     if axis is None:
-        a = _arrays.as_data(a, "a")
+        a = validate.as_data(a, "a")
         a = a.reshape(-1) if a.ndim != 1 else a
         axis = 0
-    return _shared_op(axis, mode, kernel_mode, 0, True)(a, indices, out=out)
+    return _shared_op(_TakeOp, axis, mode, 0)(a, indices, out=out)

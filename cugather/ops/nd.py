@@ -1,21 +1,47 @@
-"""Public GatherND API: ``gather_nd`` (ONNX GatherND with batch_dims).
+"""ONNX GatherND (``gather_nd``, with batch_dims).
 
-Pipeline per call: validate and normalise (``_arrays``) -> the bound plan for
-this geometry (``_family_plan.plan_nd``, cached in ``_family``) -> one launch
-of the nd kernel; raise mode adds a bounds check and one sync.
+Per call: validate (``cugather.validate``) -> the op runtime: the plan
+(``cugather.plan.nd``) cached for this geometry, bound on first use, one
+launch of the nd kernel; raise mode adds a bounds check and one host
+synchronisation.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 
-from .. import validate as _arrays
-from ..runtime import family as _family
-from ..validate import GATHER_MODES, cupy_module
-from ..plan.family import plan_nd
-from ..plan.gather import Operand
+from .. import validate
+from ..plan.core import DeviceLimits, Operand, Plan
+from ..plan.nd import plan_nd
+from ..runtime.cache import CacheInfo
+from ..runtime.launch import CUDA
+from ..runtime.op import OpRuntime
 
-__all__ = ["gather_nd"]
+__all__ = ["gather_nd", "run", "plan_for", "cache_info", "cache_clear"]
+
+_INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
+
+
+def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force) -> Plan:
+    """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs)."""
+    data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
+    return plan_nd(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
+                   out_align=geo.out_align, **force)
+
+
+_RUNTIME = OpRuntime(plan_for, 512)
+
+
+def cache_info() -> CacheInfo:
+    """Hits, misses, maxsize and size of gather_nd's plan cache."""
+    return _RUNTIME.info()
+
+
+def cache_clear() -> int:
+    """Drop every cached plan of gather_nd."""
+    return _RUNTIME.clear()
 
 
 def _check_batch_dims(batch_dims) -> int:
@@ -25,8 +51,18 @@ def _check_batch_dims(batch_dims) -> int:
     return int(batch_dims)  # the range is checked with the shapes
 
 
+def run(data, indices, batch_dims: int, out, mode: str, fill_value, stream, device: int,
+        backend):
+    """GatherND on arrays already validated for ``backend``: geometry, runtime, launch."""
+    if type(fill_value) is not int:
+        validate.check_fill(fill_value)
+    geo = validate.geometry("nd", backend, device, data, indices, out, batch_dims, mode,
+                            validate.fill_token(fill_value) if mode == "fill" else None)
+    return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
+
+
 def gather_nd(data, indices, batch_dims: int = 0, *, out=None, mode: str = "raise",
-              fill_value=0, stream=None):
+              fill_value: Any = 0, stream=None):
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
     With ``b = batch_dims`` and ``m = indices.shape[-1]``, every index tuple
@@ -75,32 +111,17 @@ def gather_nd(data, indices, batch_dims: int = 0, *, out=None, mode: str = "rais
     ValueError
         For shapes that break the rules above.
     """
-    _arrays.check_mode(mode, GATHER_MODES)
+    validate.check_mode(mode, validate.GATHER_MODES)
     if stream is not None:  # conversions and copies run on it too
-        with _arrays.current_stream(stream):
+        with validate.current_stream(stream):
             return gather_nd(data, indices, batch_dims, out=out, mode=mode,
                              fill_value=fill_value)
     b = batch_dims if type(batch_dims) is int else _check_batch_dims(batch_dims)
-    cp = cupy_module()
+    cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
-        data = _arrays.as_data(data)
-    mem = data.data
-    device = mem.device_id
-    if (type(indices) is not cp.ndarray or indices.dtype not in _arrays.INDEX_DTYPES
+        data = validate.as_data(data)
+    device = data.data.device_id
+    if (type(indices) is not cp.ndarray or indices.dtype not in _INDEX_DTYPES
             or not indices.flags.c_contiguous or indices.data.device_id != device):
-        indices = _arrays.as_indices(indices, device)
-    p = mem.ptr
-    q = out.data.ptr if isinstance(out, cp.ndarray) else 0
-    key = ("nd", device, data.shape, data.strides, data.dtype, indices.shape, indices.dtype,
-           (p & 255 and p & -p) or 256, (q & 255 and q & -q) or 256, b, mode,
-           _family.fill_key(fill_value))
-    bound = _family.bound_for(
-        key, lambda: plan_nd(Operand(data.shape, data.strides, data.itemsize, key[7]),
-                             indices.shape, indices.dtype.name, b, mode, out_align=key[8]),
-        device, fill_value, data.dtype)
-    if bound.copy_data:
-        with cp.cuda.Device(device):
-            data = data.copy(order="C")
-        return gather_nd(data, indices, b, out=out, mode=mode, fill_value=fill_value,
-                         stream=stream)
-    return _family.run(bound, data, indices, out, stream, device)
+        indices = validate.as_indices(indices, device)
+    return run(data, indices, b, out, mode, fill_value, stream, device, CUDA)

@@ -1,25 +1,25 @@
-"""Kernel keys: the frozen values that name one compiled kernel.
+"""Kernel keys: the frozen values that name one compiled kernel, and the kinds.
 
 A key says everything the CUDA source depends on; shapes never enter it (they
 travel as kernel arguments), so one compiled kernel serves every shape.
-:func:`all_kernel_keys` enumerates what the library can produce; the NVRTC and
-host-execution test tiers iterate over it.
+:data:`KIND_SPECS` describes each kernel kind once -- the header and device
+function it instantiates, its argument struct, the index maths, modes and
+units it is built for -- for the planners, the renderer and the test tiers.
+:func:`all_kernel_keys` enumerates what the library can produce.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Union
+
+from . import tuning
 
 __all__ = [
-    "KernelKey", "KINDS", "UNITS", "INDEX_DTYPES", "MATHS", "KERNEL_MODES",
-    "all_kernel_keys",
+    "KernelKey", "KindSpec", "KIND_SPECS", "KINDS", "UNITS", "INDEX_DTYPES", "MATHS",
+    "KERNEL_MODES", "CHECK_KINDS", "all_kernel_keys",
 ]
 
-#: Kernel kinds of the gather family (see kernels/gather.cuh) and the
-#: bounds check that raise mode runs first; then GatherElements, GatherND and
-#: GatherND's bounds check (kernels/gather_family.cuh).
-KINDS = ("rows", "chunks", "scalar", "inner", "elem", "check", "elements", "nd", "check_nd")
 #: Bytes moved per load/store.
 UNITS = (1, 2, 4, 8, 16)
 INDEX_DTYPES = ("int32", "int64")
@@ -28,36 +28,66 @@ MATHS = ("fast32", "fast64", "div64")
 #: Compile-time out-of-range policies.  "raise" kernels trust a prior check;
 #: "clip_numpy" is numpy.take's clip (negatives become 0).
 KERNEL_MODES = ("raise", "wrap", "clip", "clip_numpy", "fill")
+_ONNX_MODES = ("raise", "wrap", "clip", "fill")
+_FAST = ("fast32", "fast64")
 
-# Which index maths each kind is built with.  Plain division is kept for the
-# fallback only, as the reference fast_divmod is measured against.
-_KIND_MATHS = {
-    "rows": ("fast32", "fast64"),
-    "chunks": ("fast32", "fast64"),
-    "scalar": ("fast32", "fast64"),
-    "inner": ("fast32", "fast64"),
-    "elem": ("fast32", "fast64", "div64"),
-    "check": ("fast64",),
-    "elements": ("fast32", "fast64"),
-    "nd": ("fast32", "fast64"),
-    "check_nd": ("fast64",),
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One kernel kind: where its code lives and which keys exist.
+
+    ``min_blocks`` is the ``__launch_bounds__`` minimum of resident blocks (an
+    int, or a function of the key); it caps registers at 65536 / (threads x
+    blocks), chosen per kind where that costs no spills (the NVRTC tier checks).
+    """
+
+    header: str          # kernels/<header>: the device function
+    function: str        # device function the entry point instantiates
+    args_type: str       # C struct passed by value (plan/layout.py mirrors it)
+    maths: tuple = _FAST
+    modes: tuple = KERNEL_MODES
+    units: tuple = UNITS
+    min_blocks: Union[int, Callable[["KernelKey"], int]] = 1
+
+    @property
+    def moves_data(self) -> bool:
+        return self.units != (0,)
+
+
+def _rows_blocks(key: "KernelKey") -> int:
+    if key.math != "fast32":
+        return 2
+    return {16: tuning.ROWS_BLOCKS_U16, 8: tuning.ROWS_BLOCKS_U8}.get(key.unit,
+                                                                     tuning.ROWS_BLOCKS_NARROW)
+
+
+def _elements_nd_blocks(key: "KernelKey") -> int:
+    # 16-byte units take 6: at 8 (32 registers) they would spill.
+    return 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8
+
+
+#: kind -> spec.  Bounds checks move no data (unit 0) and exist in raise mode only.
+KIND_SPECS = {
+    "rows": KindSpec("gather.cuh", "gather_rows", "GatherArgs", min_blocks=_rows_blocks),
+    "chunks": KindSpec("gather.cuh", "gather_chunks", "GatherArgs",
+                       min_blocks=lambda key: tuning.CHUNKS_BLOCKS if key.math == "fast32" else 1),
+    "scalar": KindSpec("gather.cuh", "gather_scalar", "GatherArgs"),
+    "inner": KindSpec("gather.cuh", "gather_inner", "GatherArgs", min_blocks=4),
+    # The strided fallback of Gather/take: any strides, one unit per thread.
+    # Plain division is built for it only, as the reference fast_divmod is
+    # measured against.
+    "strided": KindSpec("gather.cuh", "gather_strided", "StridedArgs", maths=MATHS),
+    "check": KindSpec("gather.cuh", "check_indices", "CheckArgs", maths=("fast64",),
+                      modes=("raise",), units=(0,)),
+    "elements": KindSpec("elements.cuh", "gather_elements", "ElementsArgs", modes=_ONNX_MODES,
+                         min_blocks=_elements_nd_blocks),
+    "nd": KindSpec("nd.cuh", "gather_nd", "NDArgs", modes=_ONNX_MODES,
+                   min_blocks=_elements_nd_blocks),
+    "check_nd": KindSpec("nd.cuh", "check_nd", "NDCheckArgs", maths=("fast64",),
+                         modes=("raise",), units=(0,)),
 }
-
-# Bounds checks move no data (unit 0) and exist in raise mode only.
-_CHECK_KINDS = ("check", "check_nd")
-# GatherElements and GatherND have no numpy.take clip.
-_KIND_MODES = {
-    "elements": ("raise", "wrap", "clip", "fill"),
-    "nd": ("raise", "wrap", "clip", "fill"),
-}
-
-
-def _kind_units(kind: str) -> tuple:
-    return (0,) if kind in _CHECK_KINDS else UNITS
-
-
-def _kind_modes(kind: str) -> tuple:
-    return ("raise",) if kind in _CHECK_KINDS else _KIND_MODES.get(kind, KERNEL_MODES)
+KINDS = tuple(KIND_SPECS)
+CHECK_KINDS = tuple(k for k, s in KIND_SPECS.items() if not s.moves_data)
 
 
 @dataclass(frozen=True, order=True)
@@ -71,24 +101,29 @@ class KernelKey:
     mode: str
 
     def __post_init__(self):
-        if self.kind not in KINDS:
+        spec = KIND_SPECS.get(self.kind)
+        if spec is None:
             raise ValueError(f"unknown kernel kind {self.kind!r}; expected one of {KINDS}")
-        units = _kind_units(self.kind)
-        if self.unit not in units:
-            raise ValueError(f"unit for kind {self.kind!r} must be one of {units}, got {self.unit!r}")
+        if self.unit not in spec.units:
+            raise ValueError(f"unit for kind {self.kind!r} must be one of {spec.units}, "
+                             f"got {self.unit!r}")
         if self.index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {self.index_dtype!r}")
-        if self.math not in _KIND_MATHS[self.kind]:
-            raise ValueError(
-                f"math for kind {self.kind!r} must be one of {_KIND_MATHS[self.kind]}, got {self.math!r}")
-        modes = _kind_modes(self.kind)
-        if self.mode not in modes:
-            raise ValueError(f"mode for kind {self.kind!r} must be one of {modes}, got {self.mode!r}")
+        if self.math not in spec.maths:
+            raise ValueError(f"math for kind {self.kind!r} must be one of {spec.maths}, "
+                             f"got {self.math!r}")
+        if self.mode not in spec.modes:
+            raise ValueError(f"mode for kind {self.kind!r} must be one of {spec.modes}, "
+                             f"got {self.mode!r}")
+
+    @property
+    def spec(self) -> KindSpec:
+        return KIND_SPECS[self.kind]
 
     @property
     def entry(self) -> str:
         """Name of the ``extern "C"`` entry point."""
-        if self.kind in _CHECK_KINDS:
+        if not self.spec.moves_data:
             return f"cugather_{self.kind}_{_IDX_TAG[self.index_dtype]}"
         return (f"cugather_{self.kind}_u{self.unit}_{_IDX_TAG[self.index_dtype]}"
                 f"_{self.math}_{self.mode}")
@@ -102,11 +137,9 @@ _IDX_TAG = {"int32": "i32", "int64": "i64"}
 
 def all_kernel_keys() -> Iterator[KernelKey]:
     """Yield every kernel key the library can produce, in a stable order."""
-    for kind in KINDS:
-        units = _kind_units(kind)
-        modes = _kind_modes(kind)
-        for unit in units:
+    for kind, spec in KIND_SPECS.items():
+        for unit in spec.units:
             for index_dtype in INDEX_DTYPES:
-                for math in _KIND_MATHS[kind]:
-                    for mode in modes:
+                for math in spec.maths:
+                    for mode in spec.modes:
                         yield KernelKey(kind, unit, index_dtype, math, mode)

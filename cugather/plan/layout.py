@@ -1,17 +1,20 @@
-"""NumPy dtypes that mirror the argument blocks of kernels/common.cuh.
+"""NumPy dtypes that mirror the argument structs of the kernels.
 
 Kernels take one struct by value; the host fills a size-1 structured array of
 the matching dtype.  Every rendered source carries ``static_assert``s built
-from these offsets, so a drift between the two sides fails to compile.
+from these offsets, so a drift between the two sides fails to compile.  The
+structs live beside their kernels: ``GatherArgs``, ``StridedArgs`` and
+``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh,
+``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh.
 """
 
 from __future__ import annotations
 
 import numpy
 
-__all__ = ["ARGS_DTYPES", "DIVISOR", "MAX_DIMS", "layout_of", "new_args", "POINTER_FIELDS"]
+from .tuning import MAX_DIMS
 
-MAX_DIMS = 8  # CG_MAX_DIMS
+__all__ = ["ARGS_DTYPES", "DIVISOR", "layout_of", "new_args", "POINTER_FIELDS"]
 
 DIVISOR = numpy.dtype(
     [("d", "<u8"), ("m", "<u8"), ("l", "<u4"), ("pad", "<u4")], align=True)
@@ -27,7 +30,7 @@ GATHER_ARGS = numpy.dtype([
     _FILL,
 ], align=True)
 
-ELEM_ARGS = numpy.dtype([
+STRIDED_ARGS = numpy.dtype([
     ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
     ("ndim", "<u4"), ("index_dim", "<u4"),
@@ -40,7 +43,6 @@ CHECK_ARGS = numpy.dtype([
     ("indices", "<u8"), ("n", "<u8"), ("axis_len", "<i8"), ("first_bad", "<u8"),
 ], align=True)
 
-# kernels/gather_family.cuh
 ELEMENTS_ARGS = numpy.dtype([
     ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
@@ -54,8 +56,7 @@ ELEMENTS_ARGS = numpy.dtype([
 ND_ARGS = numpy.dtype([
     ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
     ("rows", "<u8"), ("units", "<u8"),
-    ("ndim", "<u4"), ("tuple_dim", "<u4"), ("m", "<u4"),
-    ("tile_cu", "<u4"), ("tile_ru", "<u4"), ("pad", "<u4"),
+    ("ndim", "<u4"), ("tuple_dim", "<u4"), ("m", "<u4"), ("tile_cu", "<u4"),
     ("dims", DIVISOR, (MAX_DIMS,)),
     ("strides", "<i8", (MAX_DIMS,)),
     ("bounds", "<i8", (MAX_DIMS,)),
@@ -70,13 +71,13 @@ ND_CHECK_ARGS = numpy.dtype([
 ], align=True)
 
 #: C struct name -> dtype.
-ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "ElemArgs": ELEM_ARGS, "CheckArgs": CHECK_ARGS,
+ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS, "CheckArgs": CHECK_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS}
 
 #: Pointer fields, in the order the launcher writes them for each call.
 POINTER_FIELDS = {
     "GatherArgs": ("data", "indices", "out"),
-    "ElemArgs": ("data", "indices", "out"),
+    "StridedArgs": ("data", "indices", "out"),
     "CheckArgs": ("indices", "first_bad"),
     "ElementsArgs": ("data", "indices", "out"),
     "NDArgs": ("data", "indices", "out"),

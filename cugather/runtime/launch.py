@@ -1,26 +1,28 @@
-"""Launch: a plan bound to a loaded kernel, launched with three pointers.
+"""Launching bound plans: the one launch path under every op, and the CUDA backend.
 
-The argument block is a NumPy structured array built once per plan; a call
-writes the pointers into it and hands its address to ``cuLaunchKernel``, which
-copies the parameters at launch, so the block can be reused at once.  Calls
-off the cached fast path go through :func:`launch_checked`: the device made
-current, the output allocated or checked, the raise-mode bounds check, then
-the launch.
+:func:`execute` is how every operator launches a :class:`~.bind.Bound`: the
+cached fast path (allocate, write three pointers, one ``cuLaunchKernel``)
+when the plan has one launch and the device's context is current, else
+:func:`launch_checked` -- device made current, output allocated or checked,
+the raise-mode bounds check read back (:func:`first_bad_position`), then the
+launch.  Everything device-specific goes through a backend object:
+:data:`CUDA` here; the host-execution test tier supplies one that runs the
+same rendered kernels on the CPU.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Optional
 
 import numpy
 
-from .. import validate as _arrays
-from ..validate import cupy_module
-from ..plan.fastdiv import Divisor
-from ..plan.layout import POINTER_FIELDS, new_args
+from .. import validate
+from ..plan.core import DeviceLimits, alignment
+from .binding import Bound, BoundKernel, bind
 
-__all__ = ["BoundKernel", "pack_fields", "fill_words", "first_bad_position", "launch_checked",
-           "NO_BAD"]
+__all__ = ["CudaBackend", "CUDA", "NO_BAD", "execute", "launch_checked",
+           "first_bad_position", "run_plan"]
 
 #: What a bounds-check kernel leaves in its flag when every index is valid.
 NO_BAD = (1 << 64) - 1
@@ -28,143 +30,212 @@ NO_BAD = (1 << 64) - 1
 _ready = threading.local()  # devices whose context this thread has made current
 
 
-def _divisor_tuple(d: Divisor):
-    return (d.d, d.m, d.l, 0)
+class _Kernel:
+    """A loaded CUDA function as a BoundKernel launches it."""
 
+    __slots__ = ("loaded", "handle", "launch_fn")
 
-def pack_fields(fields: dict) -> dict:
-    """Plan fields -> values a structured array accepts (divisors as tuples)."""
-    packed = {}
-    for name, value in fields.items():
-        if isinstance(value, Divisor):
-            value = _divisor_tuple(value)
-        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], Divisor):
-            value = [_divisor_tuple(v) for v in value]
-        packed[name] = value
-    return packed
-
-
-def fill_words(pattern: bytes) -> tuple:
-    """An element's bytes repeated to 16 bytes, as two little-endian u64."""
-    block = (pattern * (16 // len(pattern)))[:16] if pattern else bytes(16)
-    return tuple(numpy.frombuffer(block, dtype="<u8").tolist())
-
-
-class BoundKernel:
-    """One kernel handle plus a reusable argument block for one plan."""
-
-    __slots__ = ("function", "grid", "block", "shared_mem", "args", "_words", "_slots",
-                 "_params", "_params_ptr", "_lock", "_launch", "_fn_ptr")
-
-    def __init__(self, function, args_type: str, fields: dict, grid, block, shared_mem=0):
-        from cupy.cuda import driver
-
-        self.function = function  # keeps the module loaded
-        self.grid, self.block, self.shared_mem = tuple(grid), tuple(block), int(shared_mem)
-        self.args = new_args(args_type, **pack_fields(fields))
-        self._words = self.args.view(numpy.uint64)
-        self._slots = tuple(self.args.dtype.fields[n][1] // 8 for n in POINTER_FIELDS[args_type])
-        self._fn_ptr = function.ptr
-        self._params = numpy.array([self.args.ctypes.data], dtype=numpy.uint64)
-        self._params_ptr = self._params.ctypes.data
-        self._lock = threading.Lock()
-        self._launch = driver.launchKernel
-
-    def launch3(self, p0: int, p1: int, p2: int, stream_ptr: int) -> None:
-        """:meth:`launch` for blocks whose three pointers lead (data, indices, out)."""
-        g, b = self.grid, self.block
-        with self._lock:
-            words = self._words
-            words[0] = p0
-            words[1] = p1
-            words[2] = p2
-            self._launch(self._fn_ptr, g[0], g[1], g[2], b[0], b[1], b[2],
-                         self.shared_mem, stream_ptr, self._params_ptr, 0)
-
-    def launch(self, pointers, stream_ptr: int) -> None:
-        """Write ``pointers`` (in POINTER_FIELDS order) and launch on ``stream_ptr``."""
-        g, b = self.grid, self.block
-        with self._lock:  # the block is shared by threads using the same plan
-            words = self._words
-            for slot, ptr in zip(self._slots, pointers):
-                words[slot] = ptr
-            self._launch(self._fn_ptr, g[0], g[1], g[2], b[0], b[1], b[2],
-                         self.shared_mem, stream_ptr, self._params_ptr, 0)
-
-
-def first_bad_position(check: BoundKernel, indices_ptr: int, stream_ptr: int):
-    """Run a raise-mode bounds check; the flat position of the first bad index, or None.
-
-    The check kernel ``atomicMin``s positions into an 8-byte flag, which is
-    read back after a stream synchronisation (so it cannot run in a CUDA
-    graph capture, which raises RuntimeError instead).
-    """
-    from cupy.cuda import runtime as rt
-
-    import cupy
-
-    if rt.streamIsCapturing(stream_ptr):
-        raise RuntimeError(
-            "mode='raise' reads the bounds check back to the host, which CUDA graph "
-            "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
-    flag = cupy.empty(1, numpy.uint64)
-    rt.memsetAsync(flag.data.ptr, 0xFF, 8, stream_ptr)
-    check.launch((indices_ptr, flag.data.ptr), stream_ptr)
-    host = numpy.empty(1, numpy.uint64)
-    rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, stream_ptr)
-    rt.streamSynchronize(stream_ptr)
-    pos = int(host[0])
-    return None if pos == NO_BAD else pos
+    def __init__(self, loaded, launch_fn):
+        self.loaded = loaded  # keeps the module alive
+        self.handle = loaded.function.ptr
+        self.launch_fn = launch_fn
 
 
 class _Device:
-    """Make ``device`` current (and its context initialised) for a launch."""
+    """Make ``device`` current (and its primary context initialised) for a launch."""
 
-    __slots__ = ("device", "previous")
+    __slots__ = ("device", "previous", "rt")
 
-    def __init__(self, device: int):
-        self.device = device
-        self.previous = None
+    def __init__(self, rt, device: int):
+        self.rt, self.device, self.previous = rt, device, None
 
     def __enter__(self):
-        rt = cupy_module().cuda.runtime
-        current = rt.getDevice()
+        current = self.rt.getDevice()
         if current != self.device:
             self.previous = current
-            rt.setDevice(self.device)
+            self.rt.setDevice(self.device)
         ready = getattr(_ready, "devices", None)
         if ready is None:
             ready = _ready.devices = set()
         if self.device not in ready:
-            rt.free(0)  # the driver API launch needs the primary context current
+            self.rt.free(0)  # the driver API launch needs the primary context current
             ready.add(self.device)
 
     def __exit__(self, *exc):
         if self.previous is not None:
-            cupy_module().cuda.runtime.setDevice(self.previous)
+            self.rt.setDevice(self.previous)
 
 
-def launch_checked(main, check, out_shape, data, indices, out, stream, device: int, bad_index):
+class CudaBackend:
+    """Kernels compiled by NVRTC, loaded by CuPy, launched with ``cuLaunchKernel``."""
+
+    fast_path = True
+
+    def __init__(self):
+        self._limits: dict = {}
+
+    @property
+    def array_type(self):
+        return validate.cupy_module().ndarray
+
+    def load(self, key, device: int) -> _Kernel:
+        from cupy.cuda import driver
+
+        from ..compile.compiler import load_kernel
+
+        return _Kernel(load_kernel(key, device), driver.launchKernel)
+
+    def limits(self, device: int) -> DeviceLimits:
+        lim = self._limits.get(device)
+        if lim is None:
+            attrs = validate.cupy_module().cuda.Device(device).attributes
+            lim = self._limits[device] = DeviceLimits(
+                sm_count=attrs["MultiProcessorCount"],
+                max_shared_mem=attrs["MaxSharedMemoryPerBlock"])
+        return lim
+
+    def activate(self, device: int) -> _Device:
+        return _Device(validate.cupy_module().cuda.runtime, device)
+
+    @staticmethod
+    def context_ready(device: int) -> bool:
+        """Whether this thread has ``device`` current with its context initialised."""
+        return (validate.cupy_module().cuda.runtime.getDevice() == device
+                and device in getattr(_ready, "devices", ()))
+
+    @staticmethod
+    def pointer(arr) -> int:
+        return arr.data.ptr
+
+    @staticmethod
+    def device_of(arr) -> int:
+        return arr.data.device_id
+
+    @staticmethod
+    def stream_pointer(stream) -> int:
+        return validate.stream_pointer(stream)
+
+    def empty(self, shape, dtype):
+        return validate.cupy_module().ndarray(shape, dtype)
+
+    def index_value(self, indices, pos: int) -> int:
+        return int(indices.reshape(-1)[pos].get())
+
+    def first_bad(self, check: BoundKernel, indices_ptr: int, stream_ptr: int) -> int:
+        """Run the bounds ``check``; the flag it leaves (NO_BAD when all are valid).
+
+        The check ``atomicMin``s positions into an 8-byte flag read back after a
+        stream synchronisation, which CUDA graph capture forbids.
+        """
+        cp = validate.cupy_module()
+        rt = cp.cuda.runtime
+        if rt.streamIsCapturing(stream_ptr):
+            raise RuntimeError(
+                "mode='raise' reads the bounds check back to the host, which CUDA graph "
+                "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
+        flag = cp.empty(1, numpy.uint64)
+        rt.memsetAsync(flag.data.ptr, 0xFF, 8, stream_ptr)
+        check.launch((indices_ptr, flag.data.ptr), stream_ptr)
+        host = numpy.empty(1, numpy.uint64)
+        rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, stream_ptr)
+        rt.streamSynchronize(stream_ptr)
+        return int(host[0])
+
+    def contiguous_copy(self, data, device: int):
+        """A fresh C-contiguous, 256-byte aligned copy of ``data``.
+
+        CuPy's copy kernels assume element alignment, so an array whose address
+        or strides are not multiples of its item size is copied by the strided
+        gather along axis 0 with identity indices (units fit any layout).
+        """
+        from ..plan.core import Operand
+        from ..plan.gather import plan_gather
+
+        cp = validate.cupy_module()
+        isz = data.itemsize
+        with cp.cuda.Device(device):
+            if data.data.ptr % isz == 0 and all(s % isz == 0 for s in data.strides):
+                return data.copy(order="C")
+            plan = plan_gather(Operand(data.shape, data.strides, isz, alignment(data.data.ptr)),
+                               data.shape[:1], "int64", 0, "wrap", kind="strided")
+            if plan.copy_data:
+                raise ValueError(f"data of shape {data.shape} with strides {data.strides} at an "
+                                 f"address not aligned to its item size ({isz}) cannot be "
+                                 f"gathered: make it contiguous first")
+            return run_plan(plan, data, cp.arange(data.shape[0], dtype=numpy.int64))
+
+
+#: The backend every public operator launches through.
+CUDA = CudaBackend()
+
+
+def first_bad_position(bound: Bound, indices_ptr: int, stream_ptr: int) -> Optional[int]:
+    """Run ``bound``'s raise-mode bounds check; the flat position of the first
+    bad index, or None when every index is valid."""
+    pos = bound.backend.first_bad(bound.check, indices_ptr, stream_ptr)
+    return None if pos == NO_BAD else pos
+
+
+def launch_checked(bound: Bound, data, indices, out, stream, device: int):
     """Everything a launch needs beyond the cached fast path, for every op.
 
     Makes ``device`` current, allocates ``out`` (or checks the caller's), runs
-    the raise-mode bounds ``check`` when there is one -- raising
-    ``bad_index(pos)`` for the first bad flat position, before anything is
-    written -- then launches ``main``, whose argument block leads with the
-    data, indices and out pointers.  Returns ``out``.
+    the raise-mode bounds check when the plan has one -- raising the plan's
+    IndexError for the first bad position, before anything is written --
+    then launches the gather.  Returns ``out``.
     """
-    cp = cupy_module()
-    with _Device(device):
+    backend = bound.backend
+    with backend.activate(device):
         if out is None:
-            out = cp.ndarray(out_shape, data.dtype)
+            out = backend.empty(bound.out_shape, data.dtype)
         else:
-            _arrays.check_out(out, out_shape, data.dtype, device,
-                              {"data": data, "indices": indices})
-        sptr = _arrays.stream_pointer(stream)
-        if check is not None:
-            pos = first_bad_position(check, indices.data.ptr, sptr)
+            validate.check_out(out, bound.out_shape, data.dtype, device,
+                               {"data": data, "indices": indices}, backend)
+        sptr = backend.stream_pointer(stream)
+        ptr = backend.pointer
+        if bound.check is not None:
+            pos = first_bad_position(bound, ptr(indices), sptr)
             if pos is not None:
-                raise bad_index(pos)
-        if main is not None:
-            main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr, sptr)
+                raise bound.plan.index_error(pos, backend.index_value(indices, pos),
+                                             indices.shape)
+        if bound.main is not None:
+            bound.main.launch3(ptr(data), ptr(indices), ptr(out), sptr)
     return out
+
+
+def execute(bound: Bound, data, indices, out, stream, device: int):
+    """Launch ``bound`` on arrays already validated: the one launch path of every op.
+
+    The cached fast path -- one launch, no check, the device's context
+    current -- allocates (or checks) ``out`` and writes three pointers;
+    anything else goes through :func:`launch_checked`.
+    """
+    if bound.fast and CudaBackend.context_ready(device):
+        cp = validate.cupy_module()
+        if out is None:
+            out = cp.ndarray(bound.out_shape, data.dtype)
+        else:
+            validate.check_out(out, bound.out_shape, data.dtype, device,
+                               {"data": data, "indices": indices})
+        bound.main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr,
+                           cp.cuda.get_current_stream().ptr if stream is None
+                           else validate.stream_pointer(stream))
+        return out
+    return launch_checked(bound, data, indices, out, stream, device)
+
+
+def run_plan(plan, data, indices, *, fill: Optional[bytes] = None, out=None, stream=None,
+             backend=None):
+    """Bind ``plan`` (uncached) on ``data``'s device and launch it.
+
+    For plans built outside an op -- a forced variant in tests and benchmarks,
+    the aligned copy above; ``indices`` must be C-contiguous int32/int64 and
+    ``fill`` one element's bytes for a fill-mode plan.  ``backend`` defaults
+    to :data:`CUDA` (CuPy arrays).
+    """
+    if plan.copy_data:
+        raise ValueError(f"this plan needs data copied to a C-contiguous buffer first "
+                         f"({plan.reason}); copy it and plan again")
+    backend = backend or CUDA
+    device = backend.device_of(data)
+    return execute(bind(plan, device, fill, backend), data, indices, out, stream, device)

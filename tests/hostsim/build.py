@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cugather.compile.render import KIND_SPECS, render
+from cugather.compile.render import render
 from cugather.plan.keys import KernelKey, all_kernel_keys
 
 __all__ = ["compiler", "no_compiler_reason", "group_of", "Library", "library_for",
@@ -195,7 +195,7 @@ def translation_unit(sources, entries) -> str:
 def key_translation_unit(keys) -> str:
     """The translation unit of a group of kernel keys, rendered by the library."""
     sources = [(f"rendered source of {k.entry}", render(k).text) for k in keys]
-    entries = [(k.entry, f"cg::{KIND_SPECS[k.kind].args_type}") for k in keys]
+    entries = [(k.entry, f"cg::{k.spec.args_type}") for k in keys]
     return translation_unit(sources, entries)
 
 

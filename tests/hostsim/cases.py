@@ -217,9 +217,9 @@ def random_cases(seed: int, count: int):
         if r < 0.15:
             force.append(("math_name", "fast64"))
         elif r < 0.2:
-            force += [("kind", "elem"), ("math_name", "div64")]
+            force += [("kind", "strided"), ("math_name", "div64")]
         elif r < 0.3:
-            force.append(("kind", "elem"))
+            force.append(("kind", "strided"))
         if rng.random() < 0.3:
             force.append(("max_grid", int(rng.integers(1, 3))))
         rest = 1 if axis is None else math.prod(s for j, s in enumerate(shape) if j != axis % ndim)

@@ -115,8 +115,8 @@ def _inner(key: KernelKey) -> list:
     ]
 
 
-@register("elem")
-def _elem(key: KernelKey) -> list:
+@register("strided")
+def _strided(key: KernelKey) -> list:
     # Non-contiguous layouts: the unit is the item size; 750 / 800 output units
     # over 256-thread blocks -> 3 and 4 blocks, the last partial.
     return [

@@ -16,6 +16,7 @@ and records the key in :func:`executed_keys`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import threading
@@ -23,20 +24,21 @@ from typing import Optional
 
 import numpy
 
-from cugather import GatherOp
-from cugather.validate import TAKE_MODES, _index_dtype, check_mode, fill_bytes
-from cugather.compile.render import KIND_SPECS
+from cugather import GatherOp, validate
+from cugather.ops import elements as elements_op
+from cugather.ops import gather as gather_op
+from cugather.ops import nd as nd_op
+from cugather.plan.core import DeviceLimits
 from cugather.plan.keys import KernelKey
-from cugather.runtime.launch import fill_words, pack_fields
-from cugather.plan.layout import ARGS_DTYPES, POINTER_FIELDS, new_args
-from cugather.plan.gather import GatherPlan
+from cugather.plan.layout import ARGS_DTYPES
+from cugather.runtime.launch import NO_BAD, run_plan
 
 from . import build
 
-__all__ = ["HostLaunchError", "launch", "launch_entry", "host_gather", "host_take", "run_op",
-           "executed_keys", "device_empty", "device_copy", "extent", "last_launches"]
+__all__ = ["HostLaunchError", "HostBackend", "HOST", "launch", "launch_entry", "host_gather",
+           "host_take", "host_elements", "host_nd", "executed_keys", "device_empty",
+           "device_copy", "extent", "last_launches"]
 
-NO_BAD = (1 << 64) - 1
 MAX_SHARED = 48 * 1024          # per block without opting in
 GUARD = 256                     # canary bytes on both sides of every output
 POISON = 0xA5
@@ -177,7 +179,7 @@ def launch(key: KernelKey, args: numpy.ndarray, grid, block, shared_mem: int = 0
         Bad launch configuration, an access outside the ranges, a memory
         fault, a barrier problem, or undefined behaviour reported by UBSan.
     """
-    args_type = KIND_SPECS[key.kind].args_type
+    args_type = key.spec.args_type
     dtype = ARGS_DTYPES[args_type]
     if not isinstance(args, numpy.ndarray) or args.dtype != dtype or args.size != 1:
         raise TypeError(f"args must be a size-1 array of the {args_type} dtype, got "
@@ -190,19 +192,87 @@ def launch(key: KernelKey, args: numpy.ndarray, grid, block, shared_mem: int = 0
         _state.launches.append((key, tuple(grid), tuple(block), int(shared_mem)))
 
 
-# ---------------------------------------------------------------- gather
-def _as_host_indices(indices, allow_bool: bool) -> numpy.ndarray:
-    """What ``_arrays.as_indices`` does, on the host: int32/int64, C-contiguous, aligned."""
-    host = numpy.asarray(indices)
-    if host.dtype == object:
-        raise TypeError(f"indices must be integers, got {indices!r:.80}")
-    if host.size == 0 and not isinstance(indices, numpy.ndarray):
-        host = host.astype(numpy.int64)
-    target = _index_dtype(host.dtype, allow_bool, "indices")
-    return device_copy(host.astype(target, copy=False))
+# ---------------------------------------------------------------- the backend
+#: The host's device number: host plans never share a cache entry with a GPU's.
+HOST_DEVICE = -1
 
 
-def _output(shape, dtype):
+class _HostKernel:
+    """A kernel key's launcher, called with cuLaunchKernel's arguments."""
+
+    __slots__ = ("key", "handle", "launch_fn")
+
+    def __init__(self, key: KernelKey):
+        self.key = key
+        self.handle = key
+        self.launch_fn = _launch_from_params
+
+
+def _launch_from_params(key, g0, g1, g2, b0, b1, b2, shared_mem, stream, params_ptr, extra):
+    """What cuLaunchKernel does with a BoundKernel's parameters, on the host."""
+    args_ptr = ctypes.c_uint64.from_address(params_ptr).value
+    dtype = ARGS_DTYPES[key.spec.args_type]
+    raw = (ctypes.c_char * dtype.itemsize).from_address(args_ptr)
+    args = numpy.frombuffer(raw, dtype=dtype).copy()  # the parameters are copied at launch
+    access = _state.access
+    writable = access["flags"] if not key.spec.moves_data else access["outputs"]
+    launch(key, args, (g0, g1, g2), (b0, b1, b2), shared_mem,
+           readable=access["inputs"], writable=writable)
+
+
+class HostBackend:
+    """The runtime's backend on the CPU (see ``cugather.runtime.launch.CudaBackend``)."""
+
+    fast_path = False
+    array_type = numpy.ndarray
+
+    def load(self, key: KernelKey, device: int) -> _HostKernel:
+        build.library_for(key)  # built (or found) now, as a module is loaded on a GPU
+        return _HostKernel(key)
+
+    def limits(self, device: int) -> DeviceLimits:
+        return DeviceLimits(max_shared_mem=MAX_SHARED)
+
+    def activate(self, device: int):
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def pointer(arr) -> int:
+        return arr.ctypes.data
+
+    @staticmethod
+    def device_of(arr) -> int:
+        return HOST_DEVICE
+
+    @staticmethod
+    def stream_pointer(stream) -> int:
+        return 0
+
+    def empty(self, shape, dtype):
+        out, whole = _guarded(shape, dtype)
+        _state.access["outputs"].append(extent(out))
+        _state.guards.append(whole)
+        return out
+
+    def index_value(self, indices, pos: int) -> int:
+        return int(indices.reshape(-1)[pos])
+
+    def first_bad(self, check, indices_ptr: int, stream_ptr: int) -> int:
+        flag = numpy.full(1, NO_BAD, numpy.uint64)
+        _state.access["flags"].append(extent(flag))
+        check.launch((indices_ptr, flag.ctypes.data), stream_ptr)
+        return int(flag[0])
+
+    def contiguous_copy(self, data, device: int):
+        copy = device_copy(data)
+        _state.access["inputs"].append(extent(copy))
+        return copy
+
+
+HOST = HostBackend()
+
+
+def _guarded(shape, dtype):
     """(out, whole buffer): ``out`` poisoned and fenced by GUARD canary bytes each side."""
     dtype = numpy.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
@@ -212,103 +282,147 @@ def _output(shape, dtype):
     return out, whole
 
 
-def _check_canaries(whole: numpy.ndarray, key) -> None:
-    for name, part in (("before", whole[:GUARD]), ("after", whole[-GUARD:])):
+def guarded_out(shape, dtype, offset: int = 0):
+    """A poisoned output ``offset`` bytes past a 256-aligned address, fenced by
+    canaries that :func:`_call` checks when it is passed as ``out=``."""
+    dtype = numpy.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    whole = device_empty((nbytes + 2 * GUARD + offset,), numpy.uint8)
+    whole[...] = POISON
+    out = whole[GUARD + offset:GUARD + offset + nbytes].view(dtype).reshape(shape)
+    _pending_guards.append((out, whole, offset))
+    return out
+
+
+_pending_guards: list = []
+
+
+def _check_canaries(whole, offset: int = 0) -> None:
+    for name, part in (("before", whole[:GUARD + offset]), ("after", whole[-GUARD:])):
         if (part != POISON).any():
             first = int(numpy.flatnonzero(part != POISON)[0])
-            raise HostLaunchError(f"{key.entry} wrote outside the output ({name} it, canary "
-                                  f"byte {first} of {GUARD})")
+            raise HostLaunchError(f"a kernel wrote outside its output ({name} it, canary "
+                                  f"byte {first})")
 
 
-def _check_launch(plan: GatherPlan, indices, first_bad, max_grid) -> None:
-    """GatherOp._bind's check kernel and GatherOp._check's read-back."""
-    n = plan.n_indices
-    grid = max(1, min(-(-n // 256), 4096))
-    if max_grid:  # tests only: let the check's grid-stride loop iterate as well
-        grid = min(grid, max_grid)
-    args = new_args("CheckArgs", **pack_fields(dict(n=n, axis_len=plan.axis_len)))
-    for name, ptr in zip(POINTER_FIELDS["CheckArgs"], (indices.ctypes.data, first_bad.ctypes.data)):
-        args[name] = ptr
-    first_bad[...] = NO_BAD
-    launch(plan.check_key, args, (grid, 1, 1), (256, 1, 1), 0,
-           readable=[extent(indices)], writable=[extent(first_bad)])
-    pos = int(first_bad[0])
-    if pos != NO_BAD:
-        value = int(indices.reshape(-1)[pos])
-        where = tuple(int(i) for i in numpy.unravel_index(pos, indices.shape))
-        raise IndexError(
-            f"index {value} is out of bounds for axis {plan.axis} with size {plan.axis_len} "
-            f"(at indices{list(where)}; valid range [{-plan.axis_len}, {plan.axis_len - 1}])")
-
-
-def run_op(op: GatherOp, data, indices, **force) -> numpy.ndarray:
-    """``op(data, indices)`` on the host: plan, bind, check, gather.
-
-    ``data`` is used with its own strides and address (which decide the unit
-    width), so views exercise the same paths as on a GPU.  ``force`` goes to
-    ``GatherOp.plan`` (``kind``, ``math_name``, ``max_grid``).
-    """
+def _call(fn, data, indices, out=None):
+    """Run ``fn()`` (a library call on host arrays) with the accesses allowed,
+    then check the canaries and that the inputs are unchanged; returns a copy
+    of the result."""
     _state.launches = []
+    _state.guards = []
+    _state.access = {"inputs": [extent(data), extent(indices)], "outputs": [], "flags": []}
+    guards = [(w, off) for o, w, off in _pending_guards if o is out]
+    _pending_guards[:] = [g for g in _pending_guards if g[0] is not out]
+    if out is not None:
+        _state.access["outputs"].append(extent(out))
+    before = (data.tobytes(), indices.tobytes())
+    result = fn()
+    for whole, offset in guards + [(w, 0) for w in _state.guards]:
+        _check_canaries(whole, offset)
+    if (data.tobytes(), indices.tobytes()) != before:
+        raise HostLaunchError("a kernel modified its inputs")
+    return result.copy()
+
+
+def host_indices(indices, allow_bool: bool = False) -> numpy.ndarray:
+    """What ``validate.as_indices`` makes of ``indices``, in aligned host memory."""
+    host = numpy.asarray(indices)
+    if host.dtype == object:
+        raise TypeError(f"indices must be integers, got {indices!r:.80}")
+    if host.size == 0 and not isinstance(indices, numpy.ndarray):
+        host = host.astype(numpy.int64)
+    target = validate.index_dtype(host.dtype, allow_bool)
+    return device_copy(host.astype(target, copy=False))
+
+
+def _run_forced(plan, data, indices, out, fill_value, replan):
+    """A forced variant through the library's run_plan (data copied first when
+    the plan says so, as the ops do)."""
+    if plan.copy_data:
+        data = HOST.contiguous_copy(data, HOST_DEVICE)
+        plan = replan(data)
+    fill = None
+    if plan.key is not None and plan.key.mode == "fill":
+        fill = validate.fill_bytes(fill_value, data.dtype)
+    return run_plan(plan, data, indices, fill=fill, out=out, backend=HOST)
+
+
+# ---------------------------------------------------------------- the operators
+def run_op(op: GatherOp, data, indices, out=None, **force) -> numpy.ndarray:
+    """``op(data, indices)`` on the host: the op's own run (or, with ``force``
+    -- kind, math_name, max_grid, row_unroll -- its plan through run_plan)."""
     data = numpy.asarray(data)
     if data.ndim == 0:
-        raise ValueError("data must have at least one dimension, got a 0-d array")
-    indices = _as_host_indices(indices, op._allow_bool)
-    plan = op.plan(data, indices, **force)
-    kernel_mode = op._kernel_mode
-    fill = None
-    if kernel_mode == "fill":  # as GatherOp._bind
-        pattern = fill_bytes(op.fill_value, data.dtype)
-        fill = fill_words(pattern)
-        unit = plan.key.unit if plan.key else data.itemsize
-        if unit < len(pattern) and pattern != pattern[:unit] * (len(pattern) // unit):
-            plan = GatherPlan(None, plan.check_key, plan.out_shape, plan.axis, plan.axis_len,
-                              plan.n_indices, copy_data=True, reason="misaligned fill")
-    if (plan.n_indices and not plan.axis_len and kernel_mode != "fill"
-            and math.prod(plan.out_shape)):
-        raise IndexError(f"cannot take {plan.n_indices} indices from axis {plan.axis} of "
-                         f"size 0 (mode={op.mode!r})")
-    if plan.copy_data:  # as GatherOp.__call__: a C-contiguous copy, planned afresh
-        return run_op(op, device_copy(data), indices, **force)
-
-    out, whole = _output(plan.out_shape, data.dtype)
-    data_before = data.tobytes()
-    if plan.check_key is not None:
-        _check_launch(plan, indices, numpy.zeros(1, numpy.uint64), force.get("max_grid"))
-    if plan.key is not None:
-        fields = dict(plan.fields)
-        if fill is not None:
-            fields["fill"] = fill
-        args_type = KIND_SPECS[plan.key.kind].args_type
-        args = new_args(args_type, **pack_fields(fields))
-        pointers = (data.ctypes.data, indices.ctypes.data, out.ctypes.data)
-        for name, ptr in zip(POINTER_FIELDS[args_type], pointers):
-            args[name] = ptr
-        launch(plan.key, args, plan.grid, plan.block, plan.shared_mem,
-               readable=[extent(data), extent(indices)], writable=[extent(out)])
-        _check_canaries(whole, plan.key)
-        if data.tobytes() != data_before:
-            raise HostLaunchError(f"{plan.key.entry} modified its input data")
-    return out.copy()
+        data = op._zero_d(data)
+    indices = host_indices(indices, op._ALLOW_BOOL)
+    if not force:
+        return _call(lambda: gather_op.run(op, data, indices, out, None, HOST_DEVICE, HOST),
+                     data, indices, out)
+    return _call(lambda: _run_forced(op.plan(data, indices, **force), data, indices, out,
+                                     op.fill_value,
+                                     lambda d: op.plan(d, indices, **force)),
+                 data, indices, out)
 
 
-def host_gather(data, indices, axis: int = 0, mode: str = "raise", fill_value=0,
+def host_gather(data, indices, axis: int = 0, mode: str = "raise", fill_value=0, out=None,
                 **force) -> numpy.ndarray:
-    """``cugather.gather(data, indices, axis, mode=mode, fill_value=fill_value)`` on the host.
-
-    ``force``: ``kind``, ``math_name``, ``max_grid`` as for ``GatherOp.plan``.
-    """
-    return run_op(GatherOp(axis, mode=mode, fill_value=fill_value), data, indices, **force)
+    """``cugather.gather(data, indices, axis, mode=mode, fill_value=fill_value)`` on the host."""
+    return run_op(GatherOp(axis, mode=mode, fill_value=fill_value), data, indices, out, **force)
 
 
-def host_take(a, indices, axis: Optional[int] = None, mode: str = "raise",
+def host_take(a, indices, axis: Optional[int] = None, mode: str = "raise", out=None,
               **force) -> numpy.ndarray:
     """``cugather.take(a, indices, axis, mode=mode)`` on the host (numpy.take semantics)."""
-    check_mode(mode, TAKE_MODES)
-    kernel_mode = "clip_numpy" if mode == "clip" else mode
+    validate.check_mode(mode, validate.TAKE_MODES)
     a = numpy.asarray(a)
     if axis is None:
         a = a.reshape(-1) if a.ndim != 1 else a
         axis = 0
-    op = GatherOp.__new__(GatherOp)  # as cugather.take's shared op
-    op._init(axis, mode, kernel_mode, 0, 256, allow_bool=True)
-    return run_op(op, a, indices, **force)
+    return run_op(gather_op.take_op(axis, mode), a, indices, out, **force)
+
+
+def _elements_or_nd(op_module, op: str, data, indices, out, out_offset, axis, mode, fill_value,
+            force, run):
+    """(result, plan) of a GatherElements / GatherND call on the host: the op's own
+    planner on the call's geometry, then the op's run (or run_plan when forced)."""
+    data = numpy.asarray(data)
+    indices = host_indices(indices)
+    limits = HOST.limits(HOST_DEVICE)
+
+    def plan(d, o=out):
+        geo = validate.geometry(op, HOST, HOST_DEVICE, d, indices, o, axis, mode, None)
+        return op_module.plan_for(geo, limits, **force)
+
+    p = plan(data)
+    if out is None and out_offset:
+        out = guarded_out(p.out_shape, data.dtype, out_offset)
+        p = plan(data, out)
+    if force:
+        result = _call(lambda: _run_forced(p, data, indices, out, fill_value, plan),
+                       data, indices, out)
+    else:
+        result = _call(lambda: run(data, indices, out), data, indices, out)
+    return result, p
+
+
+def host_elements(data, indices, axis, mode="raise", fill_value=0, broadcast=False, out=None,
+                  out_offset: int = 0, **force):
+    """``(result, plan)`` of gather_elements (take_along_axis with ``broadcast``) on the host.
+
+    ``out_offset`` puts the output that many bytes past a 256-aligned address;
+    ``force`` goes to the planner (math_name, max_grid, column_tiles).
+    """
+    op = "along" if broadcast else "elements"
+    axis = validate.normalize_axis(axis, numpy.ndim(data))
+    return _elements_or_nd(elements_op, op, data, indices, out, out_offset, axis, mode, fill_value,
+                   force, lambda d, i, o: elements_op.run(op, d, i, axis, o, mode, fill_value,
+                                                          None, HOST_DEVICE, HOST))
+
+
+def host_nd(data, indices, batch_dims=0, mode="raise", fill_value=0, out=None,
+            out_offset: int = 0, **force):
+    """``(result, plan)`` of gather_nd on the host (see :func:`host_elements`)."""
+    return _elements_or_nd(nd_op, "nd", data, indices, out, out_offset, batch_dims, mode, fill_value,
+                   force, lambda d, i, o: nd_op.run(d, i, batch_dims, o, mode, fill_value, None,
+                                                    HOST_DEVICE, HOST))

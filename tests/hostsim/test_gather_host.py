@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cugather.compile.render import KIND_SPECS
+from cugather.plan.gather import GATHER_KINDS
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.layout import ARGS_DTYPES, new_args
 from hostsim import build, keycases, runner
@@ -28,9 +28,6 @@ pytestmark = [
 ]
 
 ALL_KEYS = list(all_kernel_keys())
-#: Kinds cugather.gather / take launch (the others belong to other operators).
-GATHER_KINDS = [k for k, spec in KIND_SPECS.items() if k != "check"
-                and spec.args_type in ("GatherArgs", "ElemArgs")]
 BUILT_KEYS = [k for k in ALL_KEYS if keycases.has_builder(k)]
 
 
@@ -237,8 +234,8 @@ def test_fill_values(dtype):
 
 @pytest.mark.parametrize("mode", ["raise", "fill"])
 def test_unaligned_elements(mode):
-    """float64 data at an address that is 4 mod 8: 4-byte units, and in fill
-    mode (a pattern the unit cannot repeat) a copy to aligned memory first."""
+    """float64 data at an address that is 4 mod 8: 4-byte units in every mode
+    (in fill mode each unit takes its half of the fill pattern)."""
     rng = np.random.default_rng(11)
     raw = runner.device_empty((8 * 7 * 5 + 4,), np.uint8)
     data = raw[4:].view(np.float64).reshape(7, 5)
@@ -249,7 +246,7 @@ def test_unaligned_elements(mode):
     want[(idx < -7) | (idx >= 7)] = 2.5
     assert_same(got, want, f"mode={mode} indices={idx.tolist()}")
     units = [k.unit for k, *_ in runner.last_launches() if k.kind != "check"]
-    assert units == ([4] if mode == "raise" else [8]), runner.last_launches()
+    assert units == [4], runner.last_launches()
 
 
 def test_empty_and_scalar_indices():
@@ -298,3 +295,32 @@ def test_every_kernel_key_was_executed(request):
     assert not missing, (f"{len(missing)} kernel keys never ran on the host: "
                          f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''} "
                          f"(add cases in tests/hostsim/keycases.py or a host-tier test)")
+
+
+# ---------------------------------------------------------------- the library's own path
+def test_host_tier_binds_through_the_library(monkeypatch):
+    """The host tier launches what cugather.runtime.bind packed: change how it
+    packs the fill value and the host result changes with it."""
+    import cugather.runtime.binding as bind_module
+
+    data = runner.device_copy(np.arange(12, dtype=np.int32).reshape(4, 3))
+    idx = np.array([0, 9, -1])
+    assert_same(runner.host_gather(data, idx, 0, "fill", fill_value=7)[1], np.full(3, 7, np.int32),
+                "fill row")
+    monkeypatch.setattr(bind_module, "fill_words", lambda pattern: (0x0505050505050505,) * 2)
+    got = runner.host_gather(data, idx, 0, "fill", fill_value=7)
+    assert_same(got[1], np.full(3, 0x05050505, np.int32), "fill row packed by the patched bind")
+    assert_same(got[[0, 2]], data[[0, 3]], "rows in range")
+
+
+def test_host_tier_launches_through_the_library(monkeypatch):
+    """Raise mode's read-back is the library's: skip it and no IndexError comes."""
+    import cugather.runtime.launch as launch_module
+
+    data = runner.device_copy(np.arange(12, dtype=np.float32).reshape(4, 3))
+    with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 4"):
+        runner.host_gather(data, np.array([1, 7]), 0, "raise")
+    monkeypatch.setattr(launch_module, "first_bad_position", lambda *args: None)
+    got = runner.host_gather(data, np.array([1, 2]), 0, "raise")
+    assert_same(got, data[[1, 2]], "in-range rows")
+    assert [k.kind for k, *_ in runner.last_launches()] == ["rows"]  # no check read back

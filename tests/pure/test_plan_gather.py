@@ -8,7 +8,8 @@ import pytest
 
 import cugather
 from cugather.plan.fastdiv import fast_div
-from cugather.plan.gather import DeviceLimits, Operand, _collapse, plan_gather, unit_for
+from cugather.plan.core import DeviceLimits, Operand, merge_dims, unit_for
+from cugather.plan.gather import plan_gather
 from reference import gather_ref, random_data, random_indices
 
 
@@ -46,10 +47,11 @@ def test_row_kernels_cover_rows_and_units():
             assert f["units"] == 1
             continue
         assert p.key.kind == ("rows" if f["units"] <= 256 * cu_rows(p.key.unit) else "chunks"), cols
-        block, ru, cu, chunks = _row_split(p.key.kind, f["units"], p.key.unit)
+        block, cu, chunks = _row_split(p.key.kind, f["units"], p.key.unit)
         tx, ty, _ = p.block
         assert (tx, ty) == block[:2] and tx * ty <= 256
-        assert (ru, cu) == ((4, cu_rows(p.key.unit)) if p.key.kind == "rows" else (1, 4))
+        assert cu == (cu_rows(p.key.unit) if p.key.kind == "rows" else 4)
+        ru = 1
         if p.key.kind == "rows":
             ru = f["row_unroll"]
             assert ru in (1, 2, 4)
@@ -96,9 +98,9 @@ def test_raise_plans_a_check_and_empty_plans_launch_nothing():
     assert plan_of(((0, 3), "f4"), (2,), axis=1, mode="raise").check_key is not None
 
 
-def test_collapse_merges_contiguous_dims():
-    assert _collapse([(2, 48), (3, 16), (4, 4)]) == [(24, 4)]
-    assert _collapse([(2, 100), (3, 16), (1, 999), (4, 4)]) == [(2, 100), (12, 4)]
+def test_merge_dims_merges_contiguous_dims():
+    assert merge_dims([(2, 48), (3, 16), (4, 4)]) == [(24, 4)]
+    assert merge_dims([(2, 100), (3, 16), (1, 999), (4, 4)]) == [(2, 100), (12, 4)]
 
 
 def test_describe_names_kernel_and_divisors():
@@ -126,12 +128,15 @@ def _emulate(plan, data, idx):
     base = data.__array_interface__["data"][0]
     unit = plan.key.unit
     out = []
-    if plan.key.kind == "elem":
+    if plan.key.kind == "strided":
         for t in range(f["total"]):
             rest, off = t, 0
             for d in range(f["ndim"]):
-                q = fast_div(rest, f["dims"][d])
-                c = rest - q * f["dims"][d].d
+                if d < f["ndim"] - 1:  # the outermost dimension takes the quotient
+                    q = fast_div(rest, f["dims"][d])
+                    c = rest - q * f["dims"][d].d
+                else:
+                    q, c = 0, rest
                 rest = q
                 off += norm[c] * f["s_axis"] if d == f["index_dim"] else c * f["strides"][d]
             out.append(_read(base, off, unit))
@@ -150,7 +155,7 @@ def _read(base, off, unit):
     return ctypes.string_at(base + int(off), unit)
 
 
-@pytest.mark.parametrize("kind", [None, "elem"])
+@pytest.mark.parametrize("kind", [None, "strided"])
 @pytest.mark.parametrize("view", ["plain", "transpose", "negative", "slice"])
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_plan_addressing_matches_numpy(kind, view, axis):

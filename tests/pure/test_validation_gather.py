@@ -60,8 +60,11 @@ def test_index_dtype_promotion(dtype, expect):
 
 
 def test_bool_indices_accepted_by_take_semantics():
-    op = cugather.ops.gather._shared_op(0, "raise", "raise", 0, True)
-    assert op.plan(((3,), "f4"), ((2,), "bool")).key.index_dtype == "int32"
+    from cugather.ops.gather import take_op
+
+    assert take_op(0, "raise").plan(((3,), "f4"), ((2,), "bool")).key.index_dtype == "int32"
+    with pytest.raises(TypeError, match="integer"):
+        cugather.GatherOp(0).plan(((3,), "f4"), ((2,), "bool"))
 
 
 def test_zero_dim_data_is_rejected():

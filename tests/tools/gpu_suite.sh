@@ -68,7 +68,7 @@ step warm 100 "$PY" tests/tools/warm_cache.py || failed=1
 # The fuzz and the sanitizer share the GPU side by side.
 (
     export CUGATHER_FUZZ_EXAMPLES=$EXAMPLES CUGATHER_FUZZ_SHRINK=0
-    step fuzz 270 "$PY" -m pytest "${pytest_args[@]}" -m gpu tests/test_fuzz.py \
+    step fuzz 270 "$PY" -m pytest "${pytest_args[@]}" -m gpu tests/gpu/test_fuzz_gpu.py \
         --hypothesis-show-statistics --hypothesis-seed="${CUGATHER_FUZZ_SEED:-0}" \
         --junitxml="$LOG/fuzz.xml"
 ) &

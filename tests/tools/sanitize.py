@@ -18,10 +18,10 @@ Two ways to use it (from the repository root, on a machine with a GPU)::
 The workload enumerates ``cugather.plan.keys.all_kernel_keys()``.  For each kernel
 (kind x unit width x index dtype x index math x mode) it searches a small set
 of geometries for ones whose plan, with the kind, index math and grid forced
-the way the tests force them (``GatherOp._force`` for Gather/take, the
-``math_name``/``max_grid`` knobs of the GatherElements/GatherND planners),
-selects exactly that kernel; each is run through the library's own bind and
-launch path with in-range indices (negative ones included) and with
+the way the tests force them (the ``kind``/``math_name``/``max_grid`` knobs
+of ``GatherOp.plan`` and of the GatherElements/GatherND planners), selects
+exactly that kernel; each is run through the library's own bind and launch
+path (``cugather.runtime.run_plan``) with in-range indices (negative ones included) and with
 out-of-range ones (the extremes of the index dtype included), and compared
 with NumPy.  Raise mode must raise IndexError and leave ``out`` untouched,
 which also runs the bounds-check kernels.  CuPy's memory pool is switched
@@ -58,7 +58,7 @@ import numpy as np  # noqa: E402
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "elem")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "strided")
 SHARED_KINDS = ("inner",)  # kinds whose kernels stage data in shared memory
 
 
@@ -89,7 +89,7 @@ CANDIDATES = {
     "scalar": [Geometry((2, 50), 1, (1300,)), Geometry((2, 50), 1, (26, 50), max_grid=1)],
     "inner": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
               Geometry((40,), 0, (3, 7))],
-    "elem": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
+    "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
     "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
                  Geometry((300, 7), 1, (300, 3), max_grid=1), Geometry((13, 30), 0, (20, 30), "transposed")],
@@ -213,52 +213,56 @@ class Runner:
 class GatherRunner(Runner):
     def _op(self):
         from cugather import GatherOp
+        from cugather.ops.gather import take_op
 
         mode = self.key.mode
-        public = "clip" if mode == "clip_numpy" else mode
-        op = GatherOp.__new__(GatherOp)  # as cugather.take builds its op for "clip_numpy"
-        op._init(self.geo.axis, public, mode, self.fill if mode == "fill" else 0, 4,
-                 allow_bool=mode == "clip_numpy")
-        op._force = dict(self.force(), kind=self.key.kind)
-        return op
+        if mode == "clip_numpy":  # numpy.take's clip, as cugather.take builds its op
+            return take_op(self.geo.axis, "clip")
+        return GatherOp(self.geo.axis, mode=mode, fill_value=self.fill if mode == "fill" else 0)
 
     def plan(self):
-        op = self._op()
-        return op.plan(self.data, self.indices, **op._force)
-
-    def run(self, out):
-        op = self._op()
-        result = op(self.data, self.indices, out=out)
-        used = {b.plan.key for b in op._cache.values() if b.plan.key is not None}
-        if used and self.key not in used:
-            raise AssertionError(f"the call planned {sorted(map(str, used))}, not {self.key}")
-        return result
+        return self._op().plan(self.data, self.indices, **self.force(), kind=self.key.kind)
 
 
-class FamilyRunner(Runner):
+class ElementsNDRunner(Runner):
     def plan(self):
-        from cugather.validate import alignment
-        from cugather.plan.family import plan_elements, plan_nd
-        from cugather.plan.gather import Operand
+        from cugather import validate
+        from cugather.ops import elements, nd
+        from cugather.plan.core import DeviceLimits
 
-        d = self.data
-        op = Operand(d.shape, d.strides, d.itemsize, alignment(_ptr(d)))
-        if self.key.kind == "elements":
-            return plan_elements(op, self.indices.shape, self.indices.dtype.name, self.geo.axis,
-                                 self.key.mode, **self.force())
-        return plan_nd(op, self.indices.shape, self.indices.dtype.name, self.geo.axis,
-                       self.key.mode, **self.force())
-
-    def run(self, out):
-        from cugather.runtime import family as _family
-
-        device = self.data.data.device_id
-        bound = _family._bind(self.plan(), device, self.fill, self.data.dtype)
-        return _family.run(bound, self.data, self.indices, out, None, device)
+        module, op = (elements, "elements") if self.key.kind == "elements" else (nd, "nd")
+        geo = validate.geometry(op, _Described, 0, self.data, self.indices, None, self.geo.axis,
+                                self.key.mode, None)
+        return module.plan_for(geo, DeviceLimits(), **self.force())
 
 
-RUNNERS = {**{k: GatherRunner for k in GATHER_KINDS}, "elements": FamilyRunner,
-           "nd": FamilyRunner}
+class _Described:
+    """Addresses of CuPy arrays and of the --plan-only stand-ins alike."""
+
+    array_type = ()  # no out= here
+
+    @staticmethod
+    def pointer(arr) -> int:
+        return _ptr(arr)
+
+
+def _run(runner, out):
+    """The plan of ``runner`` through the library's own bind and launch path."""
+    from cugather import validate
+    from cugather.runtime import run_plan
+
+    plan = runner.plan()
+    if plan.key != runner.key:
+        raise AssertionError(f"the call planned {plan.key}, not {runner.key}")
+    fill = validate.fill_bytes(runner.fill, runner.data.dtype) if runner.key.mode == "fill" else None
+    return run_plan(plan, runner.data, runner.indices, fill=fill, out=out)
+
+
+GatherRunner.run = ElementsNDRunner.run = _run
+
+
+RUNNERS = {**{k: GatherRunner for k in GATHER_KINDS}, "elements": ElementsNDRunner,
+           "nd": ElementsNDRunner}
 
 
 # ---------------------------------------------------------------- the workload

@@ -9,7 +9,8 @@
 ``bytes`` is the gather's byte accounting, 2 x output bytes + index bytes;
 ``ceiling`` is a device-to-device copy of the output bytes (it moves 2 x
 output bytes).  ``setup`` builds the operands on the GPU, checks cugather's
-result against every peer once, and returns the state the callables share.
+result against every peer once (:class:`MismatchError` on a difference), and
+returns the state the callables share.
 Peers: ``cupy.take_along_axis`` and ``torch.gather`` (when torch has CUDA)
 for gather_elements; CuPy fancy indexing and an onnxruntime-style GatherND
 (an offsets kernel, then one element per thread with 32-bit fast_divmod, 256
@@ -25,7 +26,7 @@ import math
 
 import numpy
 
-__all__ = ["cases", "ORT_GATHER_ND_SOURCE", "ort_gather_nd"]
+__all__ = ["cases", "MismatchError", "ORT_GATHER_ND_SOURCE", "ort_gather_nd"]
 
 # onnxruntime's CUDA GatherND in structure: one thread per index tuple turns
 # it into an element offset (negative components wrapped once), then one
@@ -122,6 +123,15 @@ def _same(a, b) -> bool:
     return a.shape == b.shape and bool((a.view(numpy.uint8) == b.view(numpy.uint8)).all())
 
 
+class MismatchError(AssertionError):
+    """cugather and a peer disagree on a benchmark case's result."""
+
+
+def _require(same: bool, case: str, other: str) -> None:
+    if not same:
+        raise MismatchError(f"{case}: cugather's result differs from {other}")
+
+
 def _copy_ceiling(cp, out):
     src, dst = cp.empty_like(out), cp.empty_like(out)
     rt = cp.cuda.runtime
@@ -137,8 +147,8 @@ def _random(cp, rng, shape, dtype):
 # ---------------------------------------------------------------- gather_elements
 def _elements_case(name, shape, dtype, idx_shape, axis, index_dtype="int64", note=""):
     import cugather
-    from ..ops import elements as _elements
-    from ..plan.family import along_axis_shape
+    from ..ops import elements as elements_op
+    from ..runtime.launch import CUDA
 
     out_shape = tuple(max(n, k) if d != axis else k
                       for d, (n, k) in enumerate(zip(shape, idx_shape)))
@@ -154,21 +164,22 @@ def _elements_case(name, shape, dtype, idx_shape, axis, index_dtype="int64", not
         got = (cugather.take_along_axis(data, idx, axis) if broadcast
                else cugather.gather_elements(data, idx, axis, mode="wrap"))
         state = {"data": data, "idx": idx}
-        assert _same(got, cp.take_along_axis(data, idx, axis)), name
+        _require(_same(got, cp.take_along_axis(data, idx, axis)), name, "cupy.take_along_axis")
         if torch is not None:
             td, ti = torch.from_dlpack(data), torch.from_dlpack(idx.astype(numpy.int64))
             ti = ti.expand(out_shape) if broadcast else ti
             state.update(td=td, ti=ti)
             cp.cuda.Device().synchronize()
-            assert _same(got, cp.from_dlpack(torch.gather(td, axis, ti))), name
-        assert _same(run(state), got), name  # the timed wrap-mode call
+            _require(_same(got, cp.from_dlpack(torch.gather(td, axis, ti))), name, "torch.gather")
+        _require(_same(run(state), got), name, "the timed wrap-mode call")
         state["ceiling"] = _copy_ceiling(cp, got)
         return state
 
     def run(state):
         if broadcast:  # take_along_axis's kernel in wrap mode: no check, no synchronisation
-            return _elements._call("along", state["data"], state["idx"], axis, None, "wrap", 0,
-                                   None, along_axis_shape)
+            data = state["data"]
+            return elements_op.run("along", data, state["idx"], axis, None, "wrap", 0, None,
+                                   data.data.device_id, CUDA)
         return cugather.gather_elements(state["data"], state["idx"], axis, mode="wrap")
 
     def cupy_take_along_axis(state):
@@ -211,9 +222,9 @@ def _nd_case(name, shape, dtype, idx_lead, m, batch_dims=0, index_dtype="int64",
         idx64 = idx.astype(numpy.int64)
         got = cugather.gather_nd(data, idx, b, mode="wrap")
         ort = ort_gather_nd(cp, data, idx64, b)
-        assert _same(got, fancy(cp, data, idx)), name
-        assert _same(got, ort()), name
-        assert _same(got, cugather.gather_nd(data, idx, b)), name  # raise mode
+        _require(_same(got, fancy(cp, data, idx)), name, "CuPy fancy indexing")
+        _require(_same(got, ort()), name, "the onnxruntime-style GatherND")
+        _require(_same(got, cugather.gather_nd(data, idx, b)), name, "raise mode")
         return {"data": data, "idx": idx, "ort": ort, "ceiling": _copy_ceiling(cp, got)}
 
     def cupy_fancy(state):

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import cugather
-from cugather.plan.family import (along_axis_shape, elements_shape, merge_dims, nd_shape,
-                                   plan_elements, plan_nd)
+from cugather.plan.core import Operand, alignment as alignment_of, merge_dims
+from cugather.plan.elements import along_axis_shape, elements_shape, plan_elements
 from cugather.plan.fastdiv import fast_div
 from cugather.plan.keys import KernelKey, all_kernel_keys
-from cugather.plan.gather import Operand, alignment_of
-from reference_family import elements_ref, nd_ref
+from cugather.plan.nd import nd_shape, plan_nd
+from reference_elements_nd import elements_ref, nd_ref
 
 AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
@@ -88,7 +88,7 @@ def test_gather_elements_first_axis_is_one_divmod():
     p = plan_elements(op((1000, 64)), (300, 64), "int32", 0, "raise")
     assert p.fields["ndim"] == 2 and p.divisors()["dims[0]"].d == 64
     assert p.check_key == KernelKey("check", 0, "int32", "fast64", "raise")
-    assert p.check_fields == {"n": 300 * 64, "axis_len": 1000}
+    assert p.check.fields == {"n": 300 * 64, "axis_len": 1000}
 
 
 def test_gather_elements_column_tiles_when_a_warp_of_columns_sits_inside_the_axis():
@@ -164,8 +164,7 @@ def test_nd_plan_batch_dims_and_strided_slices():
     dims = [d.d for d in p.fields["dims"][:p.fields["ndim"]]]
     assert dims == [6, 5, 12] and p.fields["tuple_dim"] == 1 and p.fields["units"] == 1
     assert p.fields["strides"][:3] == [8, 0, 10 * 12 * 4]
-    assert p.check_key.kind == "check_nd" and p.check_fields["n"] == 60
-    assert p.check_fields["bounds"][:1] == [10]
+    assert p.check_key.kind == "check" and p.check.fields == {"n": 60, "axis_len": 10}
 
 
 def test_too_many_dims_copy_strided_data_and_reject_contiguous():
@@ -197,8 +196,8 @@ def test_index_error_message_names_axis_position_and_range():
 
 
 def test_describe_lists_kernel_dims_and_check():
-    text = plan_nd(op((10, 4, 6)), (3, 1), "int32", 0, "raise").describe()
-    assert "cugather_nd_u16_i32_fast32_raise" in text and "check_nd" in text
+    text = plan_nd(op((10, 4, 6)), (3, 2), "int32", 0, "raise").describe()
+    assert "cugather_nd_u8_i32_fast32_raise" in text and "check_nd" in text
     assert "nothing to launch" in plan_elements(op((3, 4)), (0, 4), "int64", 0, "wrap").describe()
 
 

@@ -1,11 +1,9 @@
 """Host tier: the gather_elements / take_along_axis / gather_nd kernels, as
-rendered for the GPU, compiled with the system C++ compiler and run by
-tests/hostsim against NumPy references -- every new kernel key, random shapes
-and views, all modes, out-of-range and negative indices, the ONNX node cases.
-
-Each call is planned exactly as the library plans it (same plan functions,
-same argument blocks, same raise-mode check then gather), with NumPy arrays
-at host addresses in place of CuPy arrays.
+rendered for the GPU, compiled with the system C++ compiler and run through
+the library's own runtime (tests/hostsim/runner.py: the ops' ``run`` with the
+host backend, or ``run_plan`` for forced variants) against NumPy references
+-- every kernel key, random shapes and views, all modes, out-of-range and
+negative indices, the ONNX node cases.
 """
 
 import math
@@ -14,13 +12,8 @@ import zlib
 import numpy as np
 import pytest
 
-from cugather.validate import fill_bytes
-from cugather.plan.family import along_axis_shape, elements_shape, plan_elements, plan_nd
 from cugather.plan.keys import all_kernel_keys
-from cugather.runtime.launch import fill_words, pack_fields
-from cugather.plan.layout import POINTER_FIELDS, new_args
-from cugather.plan.gather import Operand, alignment_of, normalize_axis
-from reference_family import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 runner = pytest.importorskip("hostsim.runner", reason="tests/hostsim is not available")
 build = pytest.importorskip("hostsim.build")
@@ -29,98 +22,12 @@ if build.no_compiler_reason():
 
 pytestmark = pytest.mark.hostsim
 
-NO_BAD = (1 << 64) - 1
-GUARD = 64
-POISON = 0xA5
-FAMILY_KINDS = ("elements", "nd", "check_nd")
+ELEMENTS_ND_KINDS = ("elements", "nd", "check_nd")
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
 DTYPES = ["bool", "int8", "uint16", "float16", "int32", "float32", "uint64", "float64",
           "complex64", "complex128"]
 MODES = ["raise", "wrap", "clip", "fill"]
-
-
-# ---------------------------------------------------------------- host execution
-def _output(shape, dtype, offset=0):
-    """(out, whole): poisoned output at ``offset`` bytes past a 256-aligned
-    address, fenced by GUARD canary bytes."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    whole = runner.device_empty((nbytes + 2 * GUARD + offset,), np.uint8)
-    whole[...] = POISON
-    return whole[GUARD + offset:GUARD + offset + nbytes].view(dtype).reshape(shape), whole
-
-
-def _launch(key, args_type, fields, pointers, grid, block, readable, writable):
-    args = new_args(args_type, **pack_fields(fields))
-    for name, ptr in zip(POINTER_FIELDS[args_type], pointers):
-        args[name] = ptr
-    runner.launch(key, args, grid, block, 0, readable=readable, writable=writable)
-
-
-def run_plan(plan, data, indices, out, fill_value=0):
-    """What cugather.runtime.family.run does: bounds check (raise mode), then the gather."""
-    if plan.check_key is not None:
-        flag = np.full(1, NO_BAD, np.uint64)
-        _launch(plan.check_key, plan.check_args_type, plan.check_fields,
-                (indices.ctypes.data, flag.ctypes.data), plan.check_grid, (256, 1, 1),
-                [runner.extent(indices)], [runner.extent(flag)])
-        if int(flag[0]) != NO_BAD:
-            pos = int(flag[0])
-            raise plan.index_error(pos, int(indices.reshape(-1)[pos]), indices.shape)
-    if plan.key is not None:
-        fields = dict(plan.fields)
-        if plan.key.mode == "fill":
-            fields["fill"] = fill_words(fill_bytes(fill_value, data.dtype))
-        _launch(plan.key, plan.args_type, fields,
-                (data.ctypes.data, indices.ctypes.data, out.ctypes.data), plan.grid, plan.block,
-                [runner.extent(data), runner.extent(indices)], [runner.extent(out)])
-
-
-def _host_indices(indices):
-    indices = np.asarray(indices)
-    target = indices.dtype if indices.dtype in (np.int32, np.int64) else np.int64
-    return runner.device_copy(indices.astype(target))
-
-
-def _operand(data):
-    return Operand(data.shape, data.strides, data.itemsize, alignment_of(data.ctypes.data))
-
-
-def _finish(plan, data, indices, out, whole, fill_value):
-    before = data.tobytes()
-    run_plan(plan, data, indices, out, fill_value)
-    for part in (whole[:GUARD], whole[-GUARD:]):
-        assert (part == POISON).all(), f"{plan.key} wrote outside its output"
-    assert data.tobytes() == before, f"{plan.key} modified data"
-    return out.copy(), plan
-
-
-def host_elements(data, indices, axis, mode="raise", fill_value=0, broadcast=False,
-                  out_offset=0, **force):
-    """gather_elements (or take_along_axis with ``broadcast``) on the host."""
-    indices = _host_indices(indices)
-    axis = normalize_axis(axis, data.ndim)
-    rule = along_axis_shape if broadcast else elements_shape
-    out, whole = _output(rule(data.shape, indices.shape, axis), data.dtype, out_offset)
-    plan = plan_elements(_operand(data), indices.shape, indices.dtype.name, axis, mode,
-                         out_shape=out.shape, out_align=alignment_of(out.ctypes.data), **force)
-    if plan.copy_data:
-        return host_elements(runner.device_copy(data), indices, axis, mode, fill_value,
-                             broadcast, out_offset, **force)
-    return _finish(plan, data, indices, out, whole, fill_value)
-
-
-def host_nd(data, indices, batch_dims=0, mode="raise", fill_value=0, out_offset=0, **force):
-    """gather_nd on the host."""
-    indices = _host_indices(indices)
-    b, m = batch_dims, indices.shape[-1]
-    out, whole = _output(indices.shape[:-1] + data.shape[b + m:], data.dtype, out_offset)
-    plan = plan_nd(_operand(data), indices.shape, indices.dtype.name, b, mode,
-                   out_align=alignment_of(out.ctypes.data), **force)
-    if plan.copy_data:
-        return host_nd(runner.device_copy(data), indices, b, mode, fill_value, out_offset,
-                       **force)
-    return _finish(plan, data, indices, out, whole, fill_value)
+host_elements, host_nd = runner.host_elements, runner.host_nd
 
 
 # ---------------------------------------------------------------- inputs
@@ -187,15 +94,15 @@ def _assert_same(got, ref, ctx):
 
 
 # ---------------------------------------------------------------- every key
-def _family_keys():
-    return [k for k in all_kernel_keys() if k.kind in FAMILY_KINDS]
+def _elements_nd_keys():
+    return [k for k in all_kernel_keys() if k.kind in ELEMENTS_ND_KINDS]
 
 
 def _key_id(key):
     return key.entry
 
 
-@pytest.mark.parametrize("key", [k for k in _family_keys() if k.kind == "elements"], ids=_key_id)
+@pytest.mark.parametrize("key", [k for k in _elements_nd_keys() if k.kind == "elements"], ids=_key_id)
 def test_every_elements_key(key):
     rng = _seed("elements", key)
     dtype = UNIT_DTYPES[key.unit]
@@ -234,7 +141,7 @@ def test_elements_column_tiles_match_flat_order(shape, idx_shape, axis, index_dt
             _assert_same(got, ref, f"{shape} {mode} column tiles, grid {grid}")
 
 
-@pytest.mark.parametrize("key", [k for k in _family_keys() if k.kind == "nd"], ids=_key_id)
+@pytest.mark.parametrize("key", [k for k in _elements_nd_keys() if k.kind == "nd"], ids=_key_id)
 def test_every_nd_key(key):
     rng = _seed("nd", key)
     dtype = UNIT_DTYPES[key.unit]
@@ -246,7 +153,7 @@ def test_every_nd_key(key):
     assert key in runner.executed_keys()
 
 
-@pytest.mark.parametrize("key", [k for k in _family_keys() if k.kind == "check_nd"], ids=_key_id)
+@pytest.mark.parametrize("key", [k for k in _elements_nd_keys() if k.kind == "check_nd"], ids=_key_id)
 def test_every_check_nd_key(key):
     data = runner.device_copy(np.arange(60, dtype=np.float32).reshape(3, 4, 5))
     idx = np.zeros((300, 3), dtype=key.index_dtype)  # more values than one check block

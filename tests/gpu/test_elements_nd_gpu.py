@@ -9,7 +9,7 @@ import pytest
 
 import cugather
 from reference import DTYPES, INDEX_DTYPES, MODES, assert_same, random_data
-from reference_family import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -293,10 +293,10 @@ def test_argument_errors():
 
 def test_bench_family_quick_cases_agree_and_run():
     """Each quick benchmark case checks cugather against its peers in setup."""
-    from cugather.bench import family as bench_family
+    from cugather.bench import elements_nd as bench_elements_nd
 
     rng = cp.random.default_rng(1)
-    for case in bench_family.cases(quick=True):
+    for case in bench_elements_nd.cases(quick=True):
         state = case["setup"](cp, rng)
         for fn in [case["cugather"], case["ceiling"][0], *case["peers"].values(),
                    *case["variants"].values()]:

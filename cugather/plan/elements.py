@@ -1,0 +1,149 @@
+"""Plans for ONNX GatherElements and numpy.take_along_axis.  Pure Python.
+
+Every output element takes the element of ``data`` at its own position with
+the ``axis`` coordinate replaced by the index stored there.  The plan merges
+the output's dimensions as far as the strides of data and indices allow,
+picks the unit width, the index math and the slot order (flat, or column
+tiles when the dimensions inside the gathered axis span a warp).  The kernel
+is ``kernels/elements.cuh``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from . import tuning
+from .core import (GRID_X_MAX, Launch, Operand, Plan, cdiv, check_launch, divisors, index_math,
+                   merge_dims, no_empty_axis, pad, split_run, too_many_dims, unit_for)
+from .keys import KernelKey
+
+__all__ = ["plan_elements", "elements_shape", "along_axis_shape", "TILE_COLS"]
+
+#: Columns of a column tile: one warp.
+TILE_COLS = 32
+
+
+def elements_shape(data_shape, indices_shape, axis: int) -> tuple:
+    """Output shape of ONNX GatherElements (``axis`` normalised): the indices'.
+
+    Same rank as data; on every other dimension indices may be smaller than
+    data (they address its leading corner), never larger.
+    """
+    data_shape, indices_shape = tuple(data_shape), tuple(indices_shape)
+    if len(indices_shape) != len(data_shape):
+        raise ValueError(f"indices must have the rank of data ({len(data_shape)}); got indices "
+                         f"of shape {indices_shape} for data of shape {data_shape}")
+    for d, (n, k) in enumerate(zip(data_shape, indices_shape)):
+        if d != axis and k > n:
+            raise ValueError(f"indices of shape {indices_shape} exceed data of shape {data_shape} "
+                             f"on dimension {d} ({k} > {n}); only the gather axis {axis} may differ")
+    return indices_shape
+
+
+def along_axis_shape(arr_shape, indices_shape, axis: int) -> tuple:
+    """Output shape of ``numpy.take_along_axis`` (``axis`` normalised).
+
+    Dimensions other than ``axis`` broadcast against each other as NumPy's
+    fancy indexing does; the mismatch error is NumPy's IndexError.
+    """
+    arr_shape, indices_shape = tuple(arr_shape), tuple(indices_shape)
+    if len(indices_shape) != len(arr_shape):
+        raise ValueError(f"`indices` and `arr` must have the same number of dimensions; got "
+                         f"indices of shape {indices_shape} for arr of shape {arr_shape}")
+    out = []
+    for d, (n, k) in enumerate(zip(arr_shape, indices_shape)):
+        if d == axis or n == k or n == 1:
+            out.append(k)
+        elif k == 1:
+            out.append(n)
+        else:
+            raise IndexError(f"shape mismatch: indices of shape {indices_shape} cannot be "
+                             f"broadcast against arr of shape {arr_shape} on dimension {d} "
+                             f"({k} vs {n})")
+    return tuple(out)
+
+
+def _contiguous_strides(shape) -> list:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
+
+
+def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mode: str, *,
+                  out_shape=None, out_align: int = 256, math_name: Optional[str] = None,
+                  max_grid: Optional[int] = None, column_tiles: Optional[bool] = None) -> Plan:
+    """Plan ``out[c] = data[c with c[axis] replaced by indices[c]]``.
+
+    ``axis`` must be normalised.  ``out_shape`` defaults to the indices' shape
+    (GatherElements); take_along_axis passes the broadcast shape.  On other
+    dimensions data may be larger than the output (read from its corner) or 1
+    (broadcast), and indices equal to the output or 1 (broadcast).
+    ``math_name``, ``max_grid`` and ``column_tiles`` force an index math, a
+    smaller grid or the slot order (tests and benchmarks).
+    """
+    indices_shape = tuple(indices_shape)
+    out_shape = tuple(indices_shape if out_shape is None else out_shape)
+    axis_len = data.shape[axis]
+    n_idx = math.prod(indices_shape)
+    out_size = math.prod(out_shape)
+    no_empty_axis(mode, (axis_len,), (axis,), n_idx, out_size)
+    check = (check_launch(index_dtype, n_idx, (axis_len,))
+             if mode == "raise" and n_idx and out_size else None)
+    base = dict(op="elements", out_shape=out_shape, n_indices=n_idx, bound_axes=(axis,),
+                bounds=(axis_len,), check=check)
+    if out_size == 0:
+        return Plan(**base)
+
+    istrides = _contiguous_strides(indices_shape)
+    dims = []
+    for d, n in enumerate(out_shape):
+        dn, k = data.shape[d], indices_shape[d]
+        if d != axis and not (dn >= n or dn == 1):
+            raise ValueError(f"data dimension {d} of size {dn} cannot cover output size {n}")
+        if k not in (n, 1):
+            raise ValueError(f"indices dimension {d} of size {k} cannot cover output size {n}")
+        ds = 0 if d == axis or (dn == 1 and n != 1) else data.strides[d]
+        dims.append((n, ds, 0 if k == 1 else istrides[d]))
+    dims, run = split_run(merge_dims(dims + [(data.itemsize, 1, 0)]), 1)
+    s_axis = data.strides[axis] if axis_len > 1 else 0
+    unit = unit_for(run, data.align, out_align, abs(s_axis), *[abs(s) for _, s, _ in dims])
+    dims = dims[::-1]  # innermost first
+    if run // unit > 1:
+        dims.insert(0, (run // unit, unit, 0))
+    if len(dims) > tuning.MAX_DIMS:
+        return too_many_dims(data, len(dims), **base)
+    total = out_size * data.itemsize // unit
+    mname = index_math(total, math_name)
+    fields = dict(total=total, axis_len=axis_len, s_axis=s_axis, ndim=len(dims),
+                  dims=divisors([n for n, _, _ in dims], mname),
+                  strides=pad([s for _, s, _ in dims]), index_strides=pad([i for _, _, i in dims]))
+    # Columns: the dimensions inside the gathered (or a broadcast) one, where
+    # output and data positions move together.  From a warp's width on, slots
+    # go in column tiles (kernels/elements.cuh), so that the blocks resident
+    # at a time share a narrow band of every table row they pick.
+    cols = 1
+    for n, s, _ in dims:
+        if s == 0:
+            break
+        cols *= n
+    if column_tiles is None:
+        column_tiles = cols >= TILE_COLS and total > cols
+    if column_tiles:
+        rows_per_tile = tuning.MAX_THREADS // 32 * tuning.ELEMENTS_ILP
+        col_tiles = cdiv(cols, TILE_COLS)
+        row_tiles = cdiv(total // cols, rows_per_tile)
+        fields.update(cols=cols, col_tiles=col_tiles, row_tiles=row_tiles)
+        grid = (min(col_tiles * row_tiles, max_grid or GRID_X_MAX), 1, 1)
+        order = f"column tiles of {TILE_COLS} x {rows_per_tile} ({cols} columns)"
+    else:
+        fields.update(cols=0, col_tiles=0, row_tiles=0)
+        grid = (min(cdiv(total, tuning.MAX_THREADS * tuning.ELEMENTS_ILP),
+                    max_grid or GRID_X_MAX), 1, 1)
+        order = "flat order"
+    main = Launch(KernelKey("elements", unit, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1))
+    return Plan(main=main, reason=f"{len(dims)} dims of {unit} B units, "
+                                  f"{tuning.ELEMENTS_ILP} per thread, {order}", **base)

@@ -1,0 +1,71 @@
+"""Tuning constants: the one home of every number that CUDA and Python share.
+
+The planners size grids and blocks with these values, and the renderer writes
+:data:`KERNEL_DEFINES` at the top of every generated source (the headers in
+``kernels/`` have no defaults of their own and refuse to compile without
+them), so the two sides cannot disagree.  Values were chosen by measurement
+on an H200; BENCHMARKS.md lists what each alternative measured.
+"""
+
+from __future__ import annotations
+
+__all__ = ["KERNEL_DEFINES"]
+
+#: Threads per block every kernel is launched with at most.
+MAX_THREADS = 256
+#: Dimensions a strided / elements / nd kernel splits its output into.
+MAX_DIMS = 8
+
+# rows: units per thread per row for 1-, 2- and 4-byte units (8- and 16-byte
+# units move 16 bytes per thread per row); rows per thread at most.
+ROWS_NARROW_CU = 1
+ROWS_MAX_RU = 4
+# chunks: units per thread along a long row.
+CHUNKS_CU = 4
+# scalar: independent loads in flight per thread (1 and 2 tie on H200; 4 and
+# 8 are 10-25% slower on a table in L2: more registers, fewer threads).
+SCALAR_ILP = 2
+# inner: loads in flight per thread while a row is staged in shared memory.
+STAGE_ILP = 8
+# elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
+ELEMENTS_ILP = 2
+# nd: rows per thread for rows of at most MAX_THREADS units (2 beat 1, 4, 8),
+# units per thread along longer rows.
+ND_SHORT_RU = 2
+ND_LONG_CU = 4
+# __launch_bounds__ minimum resident blocks of the fast32 rows kernels by
+# unit width and of the chunks kernel (more threads, more loads in flight;
+# the NVRTC tier checks that none spills).
+ROWS_BLOCKS_U16 = 6
+ROWS_BLOCKS_U8 = 5
+ROWS_BLOCKS_NARROW = 8
+CHUNKS_BLOCKS = 8
+# Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
+CHECK_GRID_MAX = 4096
+
+# Cache policy knobs of the kernels (1 = on):
+#   STREAM_STORES  evict-first output stores (st.global.cs), leaving L2 to the table;
+#   STREAM_INDICES evict-first index loads (measured 0.55x on inner_axis: kernels reread
+#                  indices once per outer slice, and index tuples share sectors);
+#   ND_SLICE_NO_L1 GatherND slices of two units or more skip L1 allocation (+4% on 1 KB,
+#                  +14% on 128 B slices; the rows kernels measured 0% to -26% and keep it).
+STREAM_STORES = 1
+STREAM_INDICES = 0
+ND_SLICE_NO_L1 = 1
+
+#: ``#define`` lines rendered into every kernel source, by macro name.
+KERNEL_DEFINES = {
+    "CG_MAX_THREADS": MAX_THREADS,
+    "CG_MAX_DIMS": MAX_DIMS,
+    "CG_ROWS_NARROW_CU": ROWS_NARROW_CU,
+    "CG_ROWS_MAX_RU": ROWS_MAX_RU,
+    "CG_CHUNKS_CU": CHUNKS_CU,
+    "CG_SCALAR_ILP": SCALAR_ILP,
+    "CG_STAGE_ILP": STAGE_ILP,
+    "CG_ELEMENTS_ILP": ELEMENTS_ILP,
+    "CG_ND_SHORT_RU": ND_SHORT_RU,
+    "CG_ND_LONG_CU": ND_LONG_CU,
+    "CG_STREAM_STORES": STREAM_STORES,
+    "CG_STREAM_INDICES": STREAM_INDICES,
+    "CG_ND_SLICE_NO_L1": ND_SLICE_NO_L1,
+}

@@ -1,0 +1,65 @@
+"""The op runtime: geometry -> cached plan -> bound kernels -> launch.
+
+Every operator (``GatherOp`` and the functions built on it, ``gather_elements``
+/ ``take_along_axis``, ``gather_nd``) validates its arguments, builds a
+:class:`~cugather.validate.Geometry` and hands it to an :class:`OpRuntime`
+with its planner.  A cached call is a dictionary hit and a launch.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import validate
+from ..plan.core import Plan
+from .binding import Bound, bind
+from .cache import CacheInfo, PlanCache
+from .launch import execute
+
+__all__ = ["OpRuntime"]
+
+
+class OpRuntime:
+    """Plans cached per geometry (LRU), bound on first use, then launched.
+
+    Parameters
+    ----------
+    planner : callable
+        ``planner(geometry, limits) -> Plan``: pure, raises the op's shape errors.
+    maxsize : int
+        Most bound plans kept.
+    """
+
+    __slots__ = ("planner", "cache")
+
+    def __init__(self, planner: Callable, maxsize: int):
+        self.planner = planner
+        self.cache = PlanCache(maxsize)
+
+    def bound(self, geo: validate.Geometry, fill_value) -> Bound:
+        """The cached Bound for ``geo``, planned and bound on a miss."""
+        bound = self.cache.get(geo)
+        if bound is None:
+            backend = geo.backend
+            plan: Plan = self.planner(geo, backend.limits(geo.device))
+            fill = None
+            if plan.main is not None and plan.main.key.mode == "fill":
+                fill = validate.fill_bytes(fill_value, geo.dtype)
+            bound = bind(plan, geo.device, fill, backend)
+            self.cache.put(geo, bound)
+        return bound
+
+    def run(self, geo: validate.Geometry, data, indices, out, stream, fill_value):
+        """Launch the plan of ``geo`` on validated arrays; returns ``out``."""
+        bound = self.bound(geo, fill_value)
+        if bound.copy_data:  # merging needs a C-contiguous copy: plan that one
+            data = geo.backend.contiguous_copy(data, geo.device)
+            geo = validate.geometry_of(geo, data)
+            bound = self.bound(geo, fill_value)
+        return execute(bound, data, indices, out, stream, geo.device)
+
+    def info(self) -> CacheInfo:
+        return self.cache.info()
+
+    def clear(self) -> int:
+        return self.cache.clear()
