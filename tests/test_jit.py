@@ -95,21 +95,22 @@ def test_cache_clear_disk_removes_cugather_files_only(cache):
     assert theirs[0].exists()
 
 
-def test_cache_clear_reaches_every_live_op_and_keeps_none_alive():
+def test_cache_clear_reaches_every_plan_cache_and_keeps_none_alive():
+    from cugather.runtime import cache as plan_caches
+
     ops = [cugather.GatherOp(0), cugather.GatherOp(1, mode="wrap")]
-    for i, op in enumerate(ops):  # what a call stores, without a GPU
-        op._cache[("shape", i)] = object()
-        op._cache[("shape", i + 10)] = object()
-        op._hits = 3
+    for i, op in enumerate(ops):  # what calls store, without a GPU
+        op._runtime.cache.put(("shape", i), object())
+        op._runtime.cache.put(("shape", i + 10), object())
+        assert op._runtime.cache.get(("shape", i)) is not None
+    assert [op.cache_info() for op in ops] == [cugather.CacheInfo(1, 2, 256, 2)] * 2
     cleared = jit.cache_clear()
     assert cleared.plans >= 4
     assert [op.cache_info() for op in ops] == [cugather.CacheInfo(0, 0, 256, 0)] * 2
-    from cugather.ops.gather import _live_ops
-
-    alive = len(_live_ops)
+    alive = len(plan_caches._live)
     del ops, op  # the loop variable holds the last one
     gc.collect()
-    assert len(_live_ops) == alive - 2
+    assert len(plan_caches._live) == alive - 2
 
 
 def test_whole_cubin_restores_only_a_one_byte_shortfall():
@@ -248,7 +249,7 @@ _WARM_SCRIPT = textwrap.dedent("""
     infos = [jit.compile("rows", "float16", "int64", unit=16),
              jit.compile("check", None, "int64"),
              jit.compile_key(KernelKey("scalar", 4, "int32", "fast32", "wrap"), arch="sm_80")]
-    ck = _compiler.compile_key(KernelKey("elem", 2, "int64", "fast64", "fill"), "sm_90")
+    ck = _compiler.compile_key(KernelKey("strided", 2, "int64", "fast64", "fill"), "sm_90")
     print(json.dumps({"stats": _compiler.stats(), "from_disk": [i.from_disk for i in infos],
                       "registers": [i.registers for i in infos] + [ck.registers],
                       "cache_dir": jit.cache_info().cache_dir}))
@@ -493,7 +494,7 @@ def _table(cp, rows=1000, cols=128, dtype="float16"):
 @pytest.mark.gpu
 def test_kernels_after_a_real_gather_carry_function_attributes(cp):
     from cugather.compile.compiler import arch_for_device
-    from cugather.plan.gather import MAX_THREADS
+    from cugather.plan.tuning import MAX_THREADS
 
     host, idx, table, d_idx = _table(cp)
     got = cugather.gather(table, d_idx, axis=0)

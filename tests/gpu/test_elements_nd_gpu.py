@@ -249,17 +249,17 @@ def test_out_argument():
 
 
 def test_stream_and_cache():
-    from cugather.runtime import family as _family
+    from cugather.ops import elements as elements_op
 
     d = cp.arange(1000, dtype=cp.float32).reshape(10, 100)
     idx = cp.asarray(np.arange(10 * 7).reshape(10, 7) % 100)
     s = cp.cuda.Stream(non_blocking=True)
-    before = _family.cache_info()
+    before = elements_op.cache_info()
     got = cugather.gather_elements(d, idx, 1, mode="wrap", stream=s)
     s.synchronize()
     again = cugather.gather_elements(d, idx, 1, mode="wrap", stream=s)
     s.synchronize()
-    after = _family.cache_info()
+    after = elements_op.cache_info()
     assert after.hits >= before.hits + 1
     assert bool((got == again).all())
     assert_same(got.get(), np.take_along_axis(np.arange(1000, dtype=np.float32).reshape(10, 100),
@@ -291,15 +291,19 @@ def test_argument_errors():
         cugather.gather_elements(cp.zeros((3, 0)), cp.zeros((3, 2), cp.int64), 1, mode="wrap")
 
 
-def test_bench_family_quick_cases_agree_and_run():
-    """Each quick benchmark case checks cugather against its peers in setup."""
+def test_bench_elements_nd_cases_agree_with_their_peers():
+    """Every benchmark case's timed cugather call gives its peers' result, bit for bit;
+    the raise-mode variant too (the ceiling, a copy, runs)."""
     from cugather.bench import elements_nd as bench_elements_nd
 
     rng = cp.random.default_rng(1)
-    for case in bench_elements_nd.cases(quick=True):
+    for case in bench_elements_nd.cases(quick=False):
         state = case["setup"](cp, rng)
-        for fn in [case["cugather"], case["ceiling"][0], *case["peers"].values(),
-                   *case["variants"].values()]:
-            fn(state)
+        got = case["cugather"](state).get()
+        for name, fn in [*case["peers"].items(), *case["variants"].items()]:
+            ref = fn(state)
+            ref = ref if isinstance(ref, cp.ndarray) else cp.from_dlpack(ref)
+            assert_same(ref.get(), got, f"{case['name']}: cugather vs {name}")
+        case["ceiling"][0](state)
         cp.cuda.Device().synchronize()
         del state

@@ -45,11 +45,15 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "elem"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
-    """Every variant computes the same function when forced on one shape."""
+    """Every variant computes the same function when forced on one shape
+    (through the library's own bind and launch path, cugather.runtime.run_plan)."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
     rng = np.random.default_rng(4)
     cols = 1 if kind in ("scalar", "inner") else 6
     data = random_data(rng, (50, cols), "float32") if kind != "inner" else random_data(rng, (9, 50), "float32")
@@ -58,32 +62,9 @@ def test_forced_variants(kind, math_name, mode):
     op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
     plan = op.plan(data, idx, kind=kind, math_name=math_name, max_grid=3)
     assert plan.key.kind == kind and plan.key.math == math_name
-    got = _run_plan(op, cp.asarray(data), cp.asarray(idx), plan)
+    fill = fill_bytes(-2, data.dtype) if mode == "fill" else None
+    got = run_plan(plan, cp.asarray(data), cp.asarray(idx), fill=fill)
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
-
-
-def _run_plan(op, data, idx, plan):
-    """Launch a given (forced) plan through the library's own binding path."""
-    from cugather.compile.compiler import load_kernel
-    from cugather.runtime.launch import BoundKernel, fill_words
-    from cugather.validate import fill_bytes
-
-    out = cp.empty(plan.out_shape, data.dtype)
-    dev = data.data.device_id
-    if plan.check_key is not None:
-        flag = cp.full(1, 2**64 - 1, dtype=cp.uint64)
-        chk = BoundKernel(load_kernel(plan.check_key, dev).function, "CheckArgs",
-                          dict(n=plan.n_indices, axis_len=plan.axis_len), (4, 1, 1), (256, 1, 1))
-        chk.launch((idx.data.ptr, flag.data.ptr), cp.cuda.get_current_stream().ptr)
-        assert int(flag.get()[0]) == 2**64 - 1
-    fields = dict(plan.fields)
-    if plan.key.mode == "fill":
-        fields["fill"] = fill_words(fill_bytes(op.fill_value, data.dtype))
-    args_type = "ElemArgs" if plan.key.kind == "elem" else "GatherArgs"
-    bk = BoundKernel(load_kernel(plan.key, dev).function, args_type, fields, plan.grid,
-                     plan.block, plan.shared_mem)
-    bk.launch((data.data.ptr, idx.data.ptr, out.data.ptr), cp.cuda.get_current_stream().ptr)
-    return out
 
 
 @pytest.mark.parametrize("view", ["slice", "transpose", "negative", "step", "offset1"])
