@@ -11,6 +11,7 @@ from reference import DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, rand
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
+AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
 SHAPES = [(7,), (5, 6), (3, 4, 5), (2, 3, 4, 3)]
 CASES = [(shape, axis) for shape in SHAPES for axis in range(len(shape))]
@@ -227,3 +228,33 @@ def test_gather_past_2_31_elements():
     assert bool((out[-16:] == idx[-16:].astype(cp.int8)).all())
     assert bool((out[:4096] == idx[:4096].astype(cp.int8)).all())
     assert int(out[2**31 + 3].get()) == (2**31 + 3) % 10
+
+
+def test_negative_zero_fill_after_positive_zero():
+    """gather(..., fill_value=-0.0) after a call with 0.0 must write -0.0."""
+    data = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    idx = cp.asarray([0, 7])
+    for fill in (0.0, -0.0, 0.0, -0.0):
+        got = cugather.gather(data, idx, 0, mode="fill", fill_value=fill).get()
+        assert np.signbit(got[1]).all() == np.signbit(fill), (fill, got)
+        got = cugather.gather_elements(data, cp.asarray([[5, 0, 1, 2]]), 0, mode="fill",
+                                       fill_value=fill).get()
+        assert np.signbit(got[0, 0]) == np.signbit(fill), (fill, got)
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_take_of_a_0d_array_is_numpys(axis):
+    a = cp.asarray(5.0)
+    got = cugather.take(a, 0, axis=axis)
+    assert got.shape == () and float(got) == 5.0
+    assert cugather.take(a, cp.asarray([0, 0]), axis=axis).get().tolist() == [5.0, 5.0]
+    with pytest.raises(IndexError, match="index 1 is out of bounds for axis 0 with size 1"):
+        cugather.take(a, 1, axis=axis)
+    assert float(cugather.take(a, 3, axis=axis, mode="wrap")) == 5.0
+
+
+def test_take_errors_name_a():
+    with pytest.raises(TypeError, match=r"^a must be a cupy.ndarray"):
+        cugather.take([1, 2, 3], [0], axis=0)
+    with pytest.raises(AxisError):
+        cugather.take(cp.asarray(5.0), 0, axis=1)

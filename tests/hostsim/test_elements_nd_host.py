@@ -375,3 +375,14 @@ def test_empty_axis_fill_and_empty_outputs():
     assert (got == 2).all() and got.shape == (5, 2)
     got, plan = host_nd(data, np.zeros((5, 0, 2), np.int64), 0, "raise")
     assert got.shape == (5, 0, 2) and plan.key is None and plan.check_key is None
+
+
+def test_negative_zero_fill_after_positive_zero():
+    """The plan cache keys the fill value by its bytes: -0.0 after 0.0 writes -0.0."""
+    data = runner.device_copy(np.arange(12, dtype=np.float64).reshape(3, 4))
+    idx = np.array([[0, 9, 1, -1]])
+    for fill in (0.0, -0.0, 0.0):
+        got, _ = host_elements(data, idx, 0, "fill", fill_value=fill)
+        assert np.signbit(got[0, 1]) == np.signbit(fill), (fill, got)
+        got, _ = host_nd(data, np.array([[5]]), 0, "fill", fill_value=fill)
+        assert np.signbit(got).all() == np.signbit(fill), (fill, got)
