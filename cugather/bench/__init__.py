@@ -5,6 +5,10 @@ of the output bytes in the same run (the ceiling), cugather, cupy.take,
 torch.index_select, jax.numpy.take and an onnxruntime-style kernel, each
 checked against cugather's result, then timed (median of many calls after
 warm-up).  Results go to a JSON file and a PNG chart in ``--out``.
+
+``--sweep N [--seed S]`` runs N random geometries instead (see
+:mod:`cugather.bench.sweep` for the distribution): sweep.json, sweep.png and
+a summary; add ``--case`` or ``--quick`` to run the fixed cases as well.
 """
 
 from __future__ import annotations
@@ -28,11 +32,29 @@ def add_arguments(p) -> None:
     p.add_argument("--case", action="append", default=[], metavar="NAME",
                    help="run only this case (repeatable); names: "
                         + ", ".join(c.name for c in CASES))
-    p.add_argument("--out", default="bench-out", help="folder for results.json and chart.png")
+    p.add_argument("--out", default="bench-out",
+                   help="folder for results.json and chart.png (--sweep: sweep.json, sweep.txt, "
+                        "sweep.png)")
     p.add_argument("--repeat", type=int, default=None, help="timed calls per measurement")
     p.add_argument("--no-peers", action="store_true", help="skip torch and JAX")
     p.add_argument("--no-family", action="store_true",
                    help="skip the gather_elements / gather_nd cases")
+    p.add_argument("--sweep", type=_positive, default=None, metavar="N",
+                   help="time N random gather geometries (sweep.json, sweep.png) instead of "
+                        "the fixed cases; add --case or --quick to run those too")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sweep's shapes (default 0)")
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"N must be a positive integer, got {text!r}")
+    return n
 
 
 def _progress(items, desc):
@@ -75,13 +97,27 @@ def run(args) -> int:
         return 2
     import cupy as cp
 
+    peers = _load_peers(not args.no_peers)
+    os.makedirs(args.out, exist_ok=True)
+    if args.sweep is None or args.case or args.quick:
+        _run_cases(cp, args, peers)
+    if args.sweep is not None:
+        from .sweep_run import run_sweep_command
+
+        run_sweep_command(cp, args, peers, _versions(cp), _gpu_name(cp))
+    return 0
+
+
+def _gpu_name(cp) -> str:
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def _run_cases(cp, args, peers) -> None:
     names = args.case or (QUICK if args.quick else [c.name for c in CASES])
     cases = [by_name(n) for n in names]
     repeat = args.repeat or (20 if args.quick else 50)
-    peers = _load_peers(not args.no_peers)
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    results = {"gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    results = {"gpu": _gpu_name(cp), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                "command": "python -m cugather bench " + " ".join(sys.argv[2:]),
                "versions": _versions(cp), "repeat": repeat, "cases": []}
     for case in _progress(cases, "cases"):
@@ -92,7 +128,6 @@ def run(args) -> int:
         results["fallback_divmod"] = divmod_comparison(cp, repeat)
     if not args.no_family and not args.case:
         results["family"] = _family(cp, args.quick, repeat, peers)
-    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     from .report import chart, table
@@ -100,7 +135,6 @@ def run(args) -> int:
     print(table(results))
     png = chart(results, os.path.join(args.out, "chart.png"))
     print(f"\nresults: {os.path.join(args.out, 'results.json')}" + (f", chart: {png}" if png else ""))
-    return 0
 
 
 def _load_peers(enabled: bool) -> dict:
