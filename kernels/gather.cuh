@@ -57,6 +57,27 @@ struct StridedArgs {
     u64 fill[2];
 };
 
+// window: contiguous rows of `row_bytes` (not a multiple of 16) at any
+// alignment, output as 16-byte chunks.  lo and hi bound the bytes of data
+// that may be read, relative to data.
+struct WindowArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    i64 s_outer;
+    i64 s_axis;
+    i64 axis_len;
+    u64 rows;
+    u64 row_bytes;
+    u64 out_bytes;   // rows * row_bytes
+    u64 chunks;      // ceil(out_bytes / 16)
+    i64 lo;
+    i64 hi;
+    Divisor n_div;   // n_indices, splits a row into (outer, index position)
+    Divisor row_div; // row_bytes, splits an output byte offset into (row, offset)
+    u64 fill[2];
+};
+
 // raise-mode bounds check over the indices (Gather, take, GatherElements).
 struct CheckArgs {
     const void* indices;
@@ -247,6 +268,144 @@ __device__ __forceinline__ void gather_strided(const StridedArgs& a)
             }
         });
         store_stream(out + t, keep ? __ldg((const U*)(a.data + off)) : fill_at<U>(a.fill, (u64)t));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// window: rows whose length is not a multiple of 16 bytes (at least 16), from
+// rows at any alignment, written to the contiguous output as 16-byte chunks.
+// Chunk c covers output bytes [16c, 16c + 16): row R = 16c / row_bytes from
+// offset 16c mod row_bytes and, where the chunk runs past that row's end,
+// the first bytes of row R + 1 (row_bytes >= 16: never more than two rows).
+// Each part is read as the 16 source bytes starting where the part starts,
+// two aligned 16-byte loads funnel-shifted into place; neighbouring chunks
+// read the same aligned blocks, which L1 serves.  The chunk is one 16-byte
+// evict-first store (the last one may be partial).  A 100-byte row thus
+// moves as 6.25 16-byte stores instead of 25 4-byte ones.
+// ---------------------------------------------------------------------------
+#if !defined(CG_WINDOW_ILP)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+// The aligned 16 bytes at address q.  Blocks reaching outside [lo, hi) -- the
+// first and last bytes of data -- are read byte by byte where bytes exist, so
+// no load leaves the array.
+__device__ __forceinline__ uint4 load_block(u64 q, u64 lo, u64 hi)
+{
+    if (q >= lo && q + 16 <= hi) return __ldg((const uint4*)q);
+    u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+        if (q + j >= lo && q + j < hi)
+            w[j >> 2] |= (u32)__ldg((const unsigned char*)(q + j)) << ((j & 3) * 8);
+    uint4 v;
+    v.x = w[0];
+    v.y = w[1];
+    v.z = w[2];
+    v.w = w[3];
+    return v;
+}
+
+// The 16 bytes at address p (any alignment): two aligned blocks, shifted.
+__device__ __forceinline__ uint4 load_window(u64 p, u64 lo, u64 hi)
+{
+    const u64 base = p & ~(u64)15;
+    const u32 s = (u32)(p & 15);
+    const uint4 a = load_block(base, lo, hi);
+    if (s == 0) return a;
+    const uint4 b = load_block(base + 16, lo, hi);
+    // words a.x .. b.w hold bytes [base, base + 32); take 16 from byte s: the
+    // words from q = s / 4 on, shifted right by r = 8 (s mod 4) bits
+    const u32 q = s >> 2, r = (s & 3) * 8;
+    const u32 w0 = q == 0 ? a.x : q == 1 ? a.y : q == 2 ? a.z : a.w;
+    const u32 w1 = q == 0 ? a.y : q == 1 ? a.z : q == 2 ? a.w : b.x;
+    const u32 w2 = q == 0 ? a.z : q == 1 ? a.w : q == 2 ? b.x : b.y;
+    const u32 w3 = q == 0 ? a.w : q == 1 ? b.x : q == 2 ? b.y : b.z;
+    const u32 w4 = q == 0 ? b.x : q == 1 ? b.y : q == 2 ? b.z : b.w;
+    uint4 v;
+    v.x = __funnelshift_r(w0, w1, r);
+    v.y = __funnelshift_r(w1, w2, r);
+    v.z = __funnelshift_r(w2, w3, r);
+    v.w = __funnelshift_r(w3, w4, r);
+    return v;
+}
+
+// Bytes [0, n) of x, then bytes [n, 16) of y (0 < n < 16).
+__device__ __forceinline__ u32 merge_word(u32 x, u32 y, u32 n, u32 first)
+{
+    const u32 m = n >= first + 4 ? 0xFFFFFFFFu : n <= first ? 0u : 0xFFFFFFFFu >> (32 - 8 * (n - first));
+    return (x & m) | (y & ~m);
+}
+
+// Address of row R's first byte, 0 when the row takes the fill value.
+template <class Idx, class M, int MODE>
+__device__ __forceinline__ u64 window_row(const WindowArgs& a, typename M::Ix row)
+{
+    typedef typename M::Ix Ix;
+    Ix o, n;
+    divmod<M>(a.n_div, row, o, n);
+    i64 i = load_index((const Idx*)a.indices + n);
+    if (!resolve<MODE>(i, a.axis_len)) return 0;
+    return (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis);
+}
+
+template <class Idx, class M, int MODE>
+__device__ __forceinline__ uint4 window_chunk(const WindowArgs& a, typename M::Ix c, u64 lo,
+                                              u64 hi, const uint4 fillv)
+{
+    typedef typename M::Ix Ix;
+    Ix row, off;
+    divmod<M>(a.row_div, c * 16, row, off);
+    const u64 src = window_row<Idx, M, MODE>(a, row);
+    uint4 v = (MODE != MODE_FILL || src) ? load_window(src + off, lo, hi) : fillv;
+    const u64 left = a.row_bytes - (u64)off;  // bytes of this row in the chunk, if < 16
+    if (left < 16 && (u64)row + 1 < a.rows) {
+        // the next row's window starts `left` bytes early, so its bytes line up
+        const u64 next = window_row<Idx, M, MODE>(a, row + 1);
+        const uint4 w = (MODE != MODE_FILL || next) ? load_window(next - left, lo, hi) : fillv;
+        const u32 n = (u32)left;
+        v.x = merge_word(v.x, w.x, n, 0);
+        v.y = merge_word(v.y, w.y, n, 4);
+        v.z = merge_word(v.z, w.z, n, 8);
+        v.w = merge_word(v.w, w.w, n, 12);
+    }
+    return v;
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_window(const WindowArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Ix chunks = (Ix)a.chunks;
+    const Ix bs = (Ix)blockDim.x;
+    const Ix tile = bs * CG_WINDOW_ILP;
+    const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
+    const uint4 fillv = fill_unit<uint4>(a.fill);
+
+    for (Ix base = (Ix)blockIdx.x * tile + (Ix)threadIdx.x; base < chunks;
+         base += (Ix)gridDim.x * tile) {
+        uint4 v[CG_WINDOW_ILP];
+#pragma unroll
+        for (int k = 0; k < CG_WINDOW_ILP; ++k) {
+            const Ix c = base + (Ix)k * bs;
+            v[k] = c < chunks ? window_chunk<Idx, M, MODE>(a, c, lo, hi, fillv) : fillv;
+        }
+#pragma unroll
+        for (int k = 0; k < CG_WINDOW_ILP; ++k) {
+            const Ix c = base + (Ix)k * bs;
+            if (c >= chunks) continue;
+            const u64 b0 = (u64)c * 16;
+            if (b0 + 16 <= a.out_bytes) {
+                store_stream((uint4*)(a.out + b0), v[k]);
+            } else {  // the last chunk: only the bytes that exist
+                const u32 w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+                for (int j = 0; j < 16; ++j)
+                    if (b0 + j < a.out_bytes)
+                        store_stream((unsigned char*)(a.out + b0 + j),
+                                     (unsigned char)(w[j >> 2] >> ((j & 3) * 8)));
+            }
+        }
     }
 }
 

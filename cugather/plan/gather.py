@@ -21,7 +21,7 @@ from .keys import KernelKey
 
 __all__ = ["GatherPlan", "plan_gather"]
 
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "strided")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "window", "strided")
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,11 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     n_outer, s_outer = outer[0] if outer else (1, 0)
     unit = unit_for(row_bytes, data.align, out_align, s_outer, s_axis)
     units = row_bytes // unit
+    rows = n_outer * n_idx
+    if kind == "window" or (kind == "rows" and not forced and row_bytes % 16
+                            and 16 < row_bytes <= tuning.WINDOW_MAX_ROW and out_align >= 16):
+        return _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                            out_align, math_name, max_grid or GRID_X_MAX, base)
     if kind == "rows" and not forced:
         if units == 1:
             stage = s_axis in (0, row_bytes) and axis_len * row_bytes <= limits.max_shared_mem
@@ -131,7 +136,6 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if kind == "inner" and axis_len * row_bytes > limits.max_shared_mem:
         raise ValueError("kernel kind 'inner' needs the gathered axis to fit in shared memory")
 
-    rows = n_outer * n_idx
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
                   n_indices=n_idx, outer=n_outer,
@@ -190,3 +194,37 @@ def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_alig
                   (tuning.MAX_THREADS, 1, 1))
     return GatherPlan(main=main, reason=f"{len(dims)} dims of {unit} B units, any strides",
                       **base)
+
+
+def _extent(data: Operand) -> tuple:
+    """[lo, hi): the bytes of ``data`` relative to its address (lo <= 0 with
+    negative strides)."""
+    if not data.size:
+        return 0, 0
+    lo = sum((n - 1) * s for n, s in zip(data.shape, data.strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(data.shape, data.strides) if s > 0)
+    return lo, hi + data.itemsize
+
+
+def _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                 out_align, math_name, grid_cap, base) -> GatherPlan:
+    # 16-byte chunks of the output: the row length needs no alignment, the
+    # output's base does (16-byte stores); a chunk spans at most two rows.
+    if row_bytes < 16 or out_align < 16:
+        raise ValueError(f"kernel kind 'window' needs rows of at least 16 bytes and a 16-byte "
+                         f"aligned output; rows here are {row_bytes} B, out aligned to "
+                         f"{out_align} B")
+    rows = n_outer * n_idx
+    out_bytes = rows * row_bytes
+    chunks = cdiv(out_bytes, 16)
+    mname = index_math(max(out_bytes, rows, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
+    lo, hi = _extent(data)
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
+                  row_bytes=row_bytes, out_bytes=out_bytes, chunks=chunks, lo=lo, hi=hi,
+                  n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))
+    grid = (min(cdiv(chunks, tuning.MAX_THREADS * tuning.WINDOW_ILP), grid_cap), 1, 1)
+    main = Launch(KernelKey("window", 16, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1))
+    return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
+                                        f"{tuning.WINDOW_ILP} per thread", **base)

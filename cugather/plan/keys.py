@@ -73,6 +73,8 @@ KIND_SPECS = {
                        min_blocks=lambda key: tuning.CHUNKS_BLOCKS if key.math == "fast32" else 1),
     "scalar": KindSpec("gather.cuh", "gather_scalar", "GatherArgs"),
     "inner": KindSpec("gather.cuh", "gather_inner", "GatherArgs", min_blocks=4),
+    # Rows whose length is not a multiple of 16, moved as 16-byte chunks.
+    "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # The strided fallback of Gather/take: any strides, one unit per thread.
     # Plain division is built for it only, as the reference fast_divmod is
     # measured against.

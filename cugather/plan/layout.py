@@ -3,8 +3,8 @@
 Kernels take one struct by value; the host fills a size-1 structured array of
 the matching dtype.  Every rendered source carries ``static_assert``s built
 from these offsets, so a drift between the two sides fails to compile.  The
-structs live beside their kernels: ``GatherArgs``, ``StridedArgs`` and
-``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh,
+structs live beside their kernels: ``GatherArgs``, ``StridedArgs``,
+``WindowArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh,
 ``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh.
 """
 
@@ -36,6 +36,15 @@ STRIDED_ARGS = numpy.dtype([
     ("ndim", "<u4"), ("index_dim", "<u4"),
     ("dims", DIVISOR, (MAX_DIMS,)),
     ("strides", "<i8", (MAX_DIMS,)),
+    _FILL,
+], align=True)
+
+WINDOW_ARGS = numpy.dtype([
+    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+    ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
+    ("rows", "<u8"), ("row_bytes", "<u8"), ("out_bytes", "<u8"), ("chunks", "<u8"),
+    ("lo", "<i8"), ("hi", "<i8"),
+    ("n_div", DIVISOR), ("row_div", DIVISOR),
     _FILL,
 ], align=True)
 
@@ -71,13 +80,15 @@ ND_CHECK_ARGS = numpy.dtype([
 ], align=True)
 
 #: C struct name -> dtype.
-ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS, "CheckArgs": CHECK_ARGS,
+ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
+               "WindowArgs": WINDOW_ARGS, "CheckArgs": CHECK_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS}
 
 #: Pointer fields, in the order the launcher writes them for each call.
 POINTER_FIELDS = {
     "GatherArgs": ("data", "indices", "out"),
     "StridedArgs": ("data", "indices", "out"),
+    "WindowArgs": ("data", "indices", "out"),
     "CheckArgs": ("indices", "first_bad"),
     "ElementsArgs": ("data", "indices", "out"),
     "NDArgs": ("data", "indices", "out"),

@@ -27,6 +27,10 @@ CHUNKS_CU = 4
 SCALAR_ILP = 2
 # inner: loads in flight per thread while a row is staged in shared memory.
 STAGE_ILP = 8
+# window: 16-byte output chunks per thread; rows up to this many bytes take
+# the window kernel when their length is not a multiple of 16.
+WINDOW_ILP = 2
+WINDOW_MAX_ROW = 2048
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
 # nd: rows per thread for rows of at most MAX_THREADS units (2 beat 1, 4, 8),
@@ -62,6 +66,7 @@ KERNEL_DEFINES = {
     "CG_CHUNKS_CU": CHUNKS_CU,
     "CG_SCALAR_ILP": SCALAR_ILP,
     "CG_STAGE_ILP": STAGE_ILP,
+    "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ND_SHORT_RU": ND_SHORT_RU,
     "CG_ND_LONG_CU": ND_LONG_CU,

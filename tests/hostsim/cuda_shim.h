@@ -315,6 +315,14 @@ static inline unsigned long long __umul64hi(unsigned long long a, unsigned long 
     return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }
 static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+static inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int shift)
+{
+    return (unsigned int)((((unsigned long long)hi << 32) | lo) >> (shift & 31u));
+}
+static inline unsigned int __funnelshift_l(unsigned int lo, unsigned int hi, unsigned int shift)
+{
+    return (unsigned int)(((((unsigned long long)hi << 32) | lo) << (shift & 31u)) >> 32);
+}
 static inline long long __mul64hi(long long a, long long b)
 {
     return (long long)(((__int128)a * b) >> 64);

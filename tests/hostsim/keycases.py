@@ -115,6 +115,25 @@ def _inner(key: KernelKey) -> list:
     ]
 
 
+def _window_common(key: KernelKey, variant: str, dtype: str, max_grid=None) -> dict:
+    fields = _common(key, variant, max_grid=max_grid)
+    fields.update(dtype=dtype, fill_value=fill_for(dtype) if fields["mode"] == "fill" else 0)
+    return fields
+
+
+@register("window")
+def _window(key: KernelKey) -> list:
+    # Rows not a multiple of 16 bytes: chunks straddle two rows, the last chunk
+    # is partial, rows start at every alignment (the offset layout puts data at
+    # an address one item past a 256-byte boundary).
+    return [
+        Case((50, 100), axis=0, index_shape=(330,), **_window_common(key, "blocks", "uint8")),
+        Case((3, 40, 10), axis=1, index_shape=(20, 11), layout="offset",
+             **_window_common(key, "offset", "int16", max_grid=1)),
+        Case((7, 5), axis=0, index_shape=(9,), **_window_common(key, "small", "float64")),
+    ]
+
+
 @register("strided")
 def _strided(key: KernelKey) -> list:
     # Non-contiguous layouts: the unit is the item size; 750 / 800 output units

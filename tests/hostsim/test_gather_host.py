@@ -180,12 +180,16 @@ def test_kernel_key(key):
 @pytest.mark.parametrize("row_bytes", list(range(1, 34)) + [48, 50, 100])
 @pytest.mark.parametrize("mode", ["raise", "fill"])
 def test_row_tails(row_bytes, mode):
-    """Rows of every byte length: the unit is the widest power of two dividing it."""
+    """Rows of every byte length: rows over 16 bytes that are not a multiple of 16
+    go as 16-byte chunks (window), others with the widest unit dividing them."""
     case = Case((37, row_bytes), "uint8", 0, (300,), "int32", mode, fill_value=7,
                 out_of_range=mode != "raise", seed=row_bytes)
     case.check()
     key = next(k for k, *_ in runner.last_launches() if k.kind != "check")
-    assert key.unit == min(16, row_bytes & -row_bytes), key
+    if row_bytes > 16 and row_bytes % 16:
+        assert key.kind == "window", key
+    else:
+        assert key.unit == min(16, row_bytes & -row_bytes), key
 
 
 @pytest.mark.parametrize("layout", ["reversed", "transposed", "strided", "offset", "sliced"])
@@ -235,18 +239,20 @@ def test_fill_values(dtype):
 @pytest.mark.parametrize("mode", ["raise", "fill"])
 def test_unaligned_elements(mode):
     """float64 data at an address that is 4 mod 8: 4-byte units in every mode
-    (in fill mode each unit takes its half of the fill pattern)."""
+    (in fill mode each unit takes its half of the fill pattern); rows of five
+    elements, 40 bytes, go as 16-byte chunks from that address."""
     rng = np.random.default_rng(11)
     raw = runner.device_empty((8 * 7 * 5 + 4,), np.uint8)
     data = raw[4:].view(np.float64).reshape(7, 5)
     data[...] = rng.standard_normal((7, 5))
     idx = np.array([6, -7, 3, 0, 12, -20])[: 4 if mode == "raise" else 6]
-    got = runner.host_gather(data, idx, 0, mode=mode, fill_value=2.5)
     want = np.take(data, np.where((idx >= -7) & (idx < 7), idx % 7, 0), axis=0)
     want[(idx < -7) | (idx >= 7)] = 2.5
-    assert_same(got, want, f"mode={mode} indices={idx.tolist()}")
-    units = [k.unit for k, *_ in runner.last_launches() if k.kind != "check"]
-    assert units == [4], runner.last_launches()
+    for force, kind, unit in (({"kind": "rows"}, "rows", 4), ({}, "window", 16)):
+        got = runner.host_gather(data, idx, 0, mode=mode, fill_value=2.5, **force)
+        assert_same(got, want, f"mode={mode} indices={idx.tolist()} {force}")
+        ran = [(k.kind, k.unit) for k, *_ in runner.last_launches() if k.kind != "check"]
+        assert ran == [(kind, unit)], runner.last_launches()
 
 
 def test_empty_and_scalar_indices():

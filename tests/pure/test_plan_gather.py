@@ -23,7 +23,8 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
     ((65536, 4096), "f2", 0, 16384, "chunks", 16),
     ((1000000, 16), "f4", 0, 4000000, "rows", 16),
     ((10000000, 3), "f2", 0, 20000000, "rows", 2),
-    ((1000000, 100), "u1", 0, 1000000, "rows", 4),
+    ((1000000, 100), "u1", 0, 1000000, "window", 16),  # 100 B rows as 16 B chunks
+    ((1000000, 16), "u1", 0, 1000000, "scalar", 16),  # one 16 B unit per row
     ((64000000,), "f4", 0, 32000000, "scalar", 4),
     ((8192, 8192), "f4", 1, 4096, "inner", 4),
     ((8192, 8192), "f4", 1, 10, "scalar", 4),   # few picks: staging a row would not pay
@@ -43,6 +44,11 @@ def test_row_kernels_cover_rows_and_units():
     for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 1024, 1025, 4096, 100000):
         p = plan_of(((40, cols), "f4"), (7,))
         f = p.fields
+        if p.key.kind == "window":
+            assert cols * 4 % 16 and f["row_bytes"] == cols * 4
+            assert f["chunks"] * 16 >= f["out_bytes"] == 7 * cols * 4
+            assert p.grid[0] * p.block[0] * 2 >= f["chunks"]
+            continue
         if p.key.kind not in ("rows", "chunks"):
             assert f["units"] == 1
             continue
@@ -140,6 +146,17 @@ def _emulate(plan, data, idx):
                 rest = q
                 off += norm[c] * f["s_axis"] if d == f["index_dim"] else c * f["strides"][d]
             out.append(_read(base, off, unit))
+    elif plan.key.kind == "window":
+        def row_start(row):
+            o = fast_div(row, f["n_div"])
+            return o * f["s_outer"] + norm[row - o * f["n_div"].d] * f["s_axis"]
+        for c in range(f["chunks"]):
+            row = fast_div(16 * c, f["row_div"])
+            off = 16 * c - row * f["row_bytes"]
+            chunk = _read(base, row_start(row) + off, min(16, f["row_bytes"] - off))
+            if len(chunk) < 16 and row + 1 < f["rows"]:
+                chunk += _read(base, row_start(row + 1), 16 - len(chunk))
+            out.append(chunk[:f["out_bytes"] - 16 * c])
     else:
         for row in range(f["rows"]):
             o = fast_div(row, f["n_div"])
