@@ -18,6 +18,7 @@ from .plan.core import alignment
 
 __all__ = [
     "GATHER_MODES", "TAKE_MODES", "INDEX_DTYPES", "Geometry", "geometry", "geometry_of",
+    "out_pointer",
     "cupy_module", "check_mode", "normalize_axis", "as_data", "as_indices", "index_dtype",
     "check_data_dtype", "is_gpu_array", "check_fill", "fill_bytes", "fill_token", "check_out",
     "current_stream", "stream_pointer", "alignment", "extent",
@@ -284,13 +285,25 @@ class Geometry(NamedTuple):
     fill: object
 
 
-def geometry(op: str, backend, device: int, data, indices, out, axis: int, mode: str,
-             fill=None) -> Geometry:
-    """The :class:`Geometry` of a call on validated arrays of ``backend``."""
-    q = backend.pointer(out) if isinstance(out, backend.array_type) else 0
-    return Geometry(op, backend, device, data.shape, data.strides, data.dtype, indices.shape,
-                    indices.dtype, alignment(backend.pointer(data)), alignment(q), axis, mode,
-                    fill)
+_new_tuple = tuple.__new__
+
+
+def geometry(op: str, backend, device: int, data, indices, data_ptr: int, out_ptr: int,
+             axis: int, mode: str, fill=None) -> Geometry:
+    """The :class:`Geometry` of a call on validated arrays (``out_ptr`` 0 without out=).
+
+    Built without NamedTuple's argument parsing: this runs on every call.
+    """
+    return _new_tuple(Geometry, (
+        op, backend, device, data.shape, data.strides, data.dtype, indices.shape, indices.dtype,
+        256 if not data_ptr & 255 else data_ptr & -data_ptr,
+        256 if not out_ptr & 255 else out_ptr & -out_ptr, axis, mode, fill))
+
+
+def out_pointer(out, backend) -> int:
+    """``out``'s address, or 0 when it is None or not an array of ``backend``
+    (check_out reports the latter)."""
+    return backend.pointer(out) if isinstance(out, backend.array_type) else 0
 
 
 def geometry_of(geo: Geometry, data) -> Geometry:

@@ -31,7 +31,7 @@ def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force) -> Plan:
     out_shape = _SHAPE_RULES[geo.op](geo.data_shape, geo.indices_shape, geo.axis)
     data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
     return plan_elements(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
-                         out_shape=out_shape, out_align=geo.out_align, **force)
+                         out_shape=out_shape, out_align=geo.out_align, limits=limits, **force)
 
 
 _RUNTIME = OpRuntime(plan_for, 512)
@@ -56,7 +56,8 @@ def run(op: str, data, indices, axis, out, mode: str, fill_value, stream, device
         axis = validate.normalize_axis(axis, data.ndim)  # TypeError / AxisError
     if type(fill_value) is not int:
         validate.check_fill(fill_value)
-    geo = validate.geometry(op, backend, device, data, indices, out, axis % data.ndim, mode,
+    geo = validate.geometry(op, backend, device, data, indices, backend.pointer(data),
+                            validate.out_pointer(out, backend), axis % data.ndim, mode,
                             validate.fill_token(fill_value) if mode == "fill" else None)
     return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
 

@@ -167,8 +167,8 @@ def run(op: GatherOp, data, indices, out, stream, device: int, backend):
     axis = op.axis
     if not -nd <= axis < nd:
         axis = validate.normalize_axis(axis, nd)  # numpy's AxisError
-    geo = validate.geometry(op._OP, backend, device, data, indices, out, axis % nd,
-                            op._kernel_mode, None)
+    geo = validate.geometry(op._OP, backend, device, data, indices, backend.pointer(data),
+                            validate.out_pointer(out, backend), axis % nd, op._kernel_mode)
     return op._runtime.run(geo, data, indices, out, stream, op.fill_value)
 
 

@@ -56,7 +56,8 @@ def run(data, indices, batch_dims: int, out, mode: str, fill_value, stream, devi
     """GatherND on arrays already validated for ``backend``: geometry, runtime, launch."""
     if type(fill_value) is not int:
         validate.check_fill(fill_value)
-    geo = validate.geometry("nd", backend, device, data, indices, out, batch_dims, mode,
+    geo = validate.geometry("nd", backend, device, data, indices, backend.pointer(data),
+                            validate.out_pointer(out, backend), batch_dims, mode,
                             validate.fill_token(fill_value) if mode == "fill" else None)
     return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
 

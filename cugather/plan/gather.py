@@ -19,7 +19,7 @@ from .core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Operand, Plan,
 from .fastdiv import make_divisor
 from .keys import KernelKey
 
-__all__ = ["GatherPlan", "plan_gather"]
+__all__ = ["GatherPlan", "plan_gather", "inner_launch", "stage_pays", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "window", "strided")
 
@@ -40,6 +40,15 @@ class GatherPlan(Plan):
 def _rows_cu(unit: int) -> int:
     """Units per thread per row in the rows kernel (16 bytes of 8- and 16-byte units)."""
     return 16 // unit if unit >= 8 else tuning.ROWS_NARROW_CU
+
+
+def stage_pays(axis_len: int, unit: int, s_axis: int, picks: int, limits: DeviceLimits) -> bool:
+    """Whether staging a contiguous axis row of one-unit elements in shared memory
+    beats picking from it directly: the row fits, its picks fill a block (fewer
+    leave the threads of a block that stages a whole row idle), and they would
+    cost as many 32-byte sectors as the row has bytes (staging reads it all)."""
+    return (s_axis in (0, unit) and axis_len * unit <= limits.max_shared_mem
+            and picks >= tuning.MAX_THREADS and picks * max(32, unit) >= axis_len * unit)
 
 
 def _row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits) -> int:
@@ -125,10 +134,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
                             out_align, math_name, max_grid or GRID_X_MAX, base)
     if kind == "rows" and not forced:
         if units == 1:
-            stage = s_axis in (0, row_bytes) and axis_len * row_bytes <= limits.max_shared_mem
-            # Staging reads the whole row; direct picks cost a 32-byte sector each.
-            picks_pay = n_idx * max(32, row_bytes) >= axis_len * row_bytes
-            kind = "inner" if stage and picks_pay else "scalar"
+            kind = "inner" if stage_pays(axis_len, row_bytes, s_axis, n_idx, limits) else "scalar"
         elif units > tuning.MAX_THREADS * _rows_cu(unit):
             kind = "chunks"
     if kind in ("scalar", "inner") and units != 1:
@@ -138,13 +144,12 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
-                  n_indices=n_idx, outer=n_outer,
+                  n_indices=n_idx, outer=n_outer, idx_outer=0,
                   n_div=make_divisor(max(n_idx, 1), 32 if mname == "fast32" else 64),
                   chunk=0, stage_unit=0, row_unroll=1)
     grid_x = max_grid or GRID_X_MAX
     grid_yz = max_grid or GRID_YZ_MAX
     block = (tuning.MAX_THREADS, 1, 1)
-    shared = 0
     if kind in ("rows", "chunks"):
         block, cu, chunks = _row_split(kind, units, unit)
         ru = 1
@@ -158,16 +163,32 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         grid = (min(cdiv(rows, tuning.MAX_THREADS * tuning.SCALAR_ILP), grid_x), 1, 1)
         reason = f"one {unit} B unit per row, {tuning.SCALAR_ILP} loads in flight per thread"
     else:
-        # Enough blocks to fill the GPU when there are few outer rows; every
-        # chunk of a row stages that row again (from L2: its blocks are adjacent).
-        chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS), cdiv(4 * limits.sm_count, n_outer)))
-        chunk = cdiv(cdiv(n_idx, chunks), tuning.MAX_THREADS) * tuning.MAX_THREADS
-        fields.update(chunk=chunk, stage_unit=unit_for(data.align, s_outer, axis_len * row_bytes))
-        grid = (min(cdiv(n_idx, chunk), grid_x), min(n_outer, grid_yz), 1)
-        shared = cdiv(axis_len * row_bytes, 16) * 16
-        reason = f"axis row of {axis_len * row_bytes} B staged in shared memory"
-    main = Launch(KernelKey(kind, unit, index_dtype, mname, mode), fields, grid, block, shared)
+        main = inner_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer, s_outer,
+                            0, n_idx, data.align, limits, max_grid)
+        return GatherPlan(main=main, reason=f"axis row of {axis_len * row_bytes} B staged in "
+                                            f"shared memory", **base)
+    main = Launch(KernelKey(kind, unit, index_dtype, mname, mode), fields, grid, block)
     return GatherPlan(main=main, reason=reason, **base)
+
+
+def inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_len: int,
+                 s_axis: int, n_outer: int, s_outer: int, idx_outer: int, n_idx: int,
+                 align: int, limits: DeviceLimits, max_grid: Optional[int] = None) -> Launch:
+    """The inner kernel over ``n_outer`` rows of ``axis_len`` one-unit elements,
+    ``n_idx`` picks each (indices shared, or ``idx_outer`` apart per row)."""
+    row = axis_len * unit
+    # Enough blocks to fill the GPU when there are few outer rows; every
+    # chunk of a row stages that row again (from L2: its blocks are adjacent).
+    chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS), cdiv(4 * limits.sm_count, n_outer)))
+    chunk = cdiv(cdiv(n_idx, chunks), tuning.MAX_THREADS) * tuning.MAX_THREADS
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=n_outer * n_idx,
+                  units=1, n_indices=n_idx, outer=n_outer, idx_outer=idx_outer,
+                  n_div=make_divisor(max(n_idx, 1), 32 if math_name == "fast32" else 64),
+                  chunk=chunk, stage_unit=unit_for(align, s_outer, row), row_unroll=1)
+    grid = (min(cdiv(n_idx, chunk), max_grid or GRID_X_MAX),
+            min(n_outer, max_grid or GRID_YZ_MAX), 1)
+    return Launch(KernelKey("inner", unit, index_dtype, math_name, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1), cdiv(row, 16) * 16)
 
 
 def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align, math_name,

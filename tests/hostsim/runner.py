@@ -391,7 +391,8 @@ def _elements_or_nd(op_module, op: str, data, indices, out, out_offset, axis, mo
     limits = HOST.limits(HOST_DEVICE)
 
     def plan(d, o=out):
-        geo = validate.geometry(op, HOST, HOST_DEVICE, d, indices, o, axis, mode, None)
+        geo = validate.geometry(op, HOST, HOST_DEVICE, d, indices, HOST.pointer(d),
+                                validate.out_pointer(o, HOST), axis, mode)
         return op_module.plan_for(geo, limits, **force)
 
     p = plan(data)

@@ -54,16 +54,20 @@ class _Arrays:
 def test_geometry_is_a_named_key_of_everything_a_plan_reads():
     data = np.zeros((6, 5), np.float32)[:, 1:]
     idx = np.zeros(3, np.int64)
-    geo = validate.geometry("gather", _Arrays, 0, data, idx, None, 1, "wrap")
+    def geo_of(out=None):
+        return validate.geometry("gather", _Arrays, 0, data, idx, data.ctypes.data,
+                                 validate.out_pointer(out, _Arrays), 1, "wrap")
+
+    geo = geo_of()
     assert geo.data_shape == (6, 4) and geo.data_strides == (20, 4) and geo.axis == 1
     assert geo.data_align == validate.alignment(data.ctypes.data) and geo.out_align == 256
-    assert hash(geo) == hash(tuple(geo)) and geo == validate.geometry(
-        "gather", _Arrays, 0, data, idx, None, 1, "wrap")
+    assert geo.fill is None and geo.mode == "wrap" and geo.dtype == np.float32
+    assert hash(geo) == hash(tuple(geo)) and geo == geo_of()
     with pytest.raises(AttributeError):
         geo.axis = 0  # frozen
-    out = np.empty(1, np.float32)[0:]
-    assert validate.geometry("gather", _Arrays, 0, data, idx, out, 1, "wrap").out_align \
-        == validate.alignment(out.ctypes.data)
+    out = np.empty(3, np.float32)[1:]
+    assert geo_of(out).out_align == validate.alignment(out.ctypes.data) == 4
+    assert geo_of([1.0]).out_align == 256  # not an array: check_out reports it later
 
 
 @pytest.mark.parametrize("a,b", [(0.0, -0.0), (0j, -0j), (complex(0, -0.0), 0j),

@@ -232,19 +232,9 @@ class ElementsNDRunner(Runner):
         from cugather.plan.core import DeviceLimits
 
         module, op = (elements, "elements") if self.key.kind == "elements" else (nd, "nd")
-        geo = validate.geometry(op, _Described, 0, self.data, self.indices, None, self.geo.axis,
-                                self.key.mode, None)
+        geo = validate.geometry(op, None, 0, self.data, self.indices, _ptr(self.data), 0,
+                                self.geo.axis, self.key.mode)
         return module.plan_for(geo, DeviceLimits(), **self.force())
-
-
-class _Described:
-    """Addresses of CuPy arrays and of the --plan-only stand-ins alike."""
-
-    array_type = ()  # no out= here
-
-    @staticmethod
-    def pointer(arr) -> int:
-        return _ptr(arr)
 
 
 def _run(runner, out):
