@@ -19,7 +19,7 @@ from .plan.core import alignment
 __all__ = [
     "GATHER_MODES", "TAKE_MODES", "INDEX_DTYPES", "Geometry", "geometry", "geometry_of",
     "out_pointer",
-    "cupy_module", "check_mode", "normalize_axis", "as_data", "as_indices", "index_dtype",
+    "cupy_module", "cupy_ndarray", "check_mode", "normalize_axis", "as_data", "as_indices", "index_dtype",
     "check_data_dtype", "is_gpu_array", "check_fill", "fill_bytes", "fill_token", "check_out",
     "current_stream", "stream_pointer", "alignment", "extent",
 ]
@@ -44,6 +44,20 @@ def cupy_module():
                 "(or [cuda13])") from e
         _cupy = cupy
     return _cupy
+
+
+_ndarray = None
+
+
+def cupy_ndarray():
+    """``cupy.ndarray`` (looked up once: the type checks of every call use it)."""
+    return _ndarray or _load_ndarray()
+
+
+def _load_ndarray():
+    global _ndarray
+    _ndarray = cupy_module().ndarray
+    return _ndarray
 
 
 def check_mode(mode, allowed, argname: str = "mode") -> str:

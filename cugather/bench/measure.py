@@ -153,6 +153,7 @@ def host_overhead(cp, case: Case, peers: dict) -> dict:
     for mode in ("wrap", "clip", "fill", "raise"):
         op = cugather.GatherOp(case.axis, mode=mode)
         out[f"GatherOp {mode}"] = host_time(lambda: op(data, idx), sync)
+    out.update(_bare_launch(cp, data, idx, case.axis, sync))
     out["gather() wrap"] = host_time(lambda: cugather.gather(data, idx, mode="wrap"), sync)
     out["gather() raise"] = host_time(lambda: cugather.gather(data, idx), sync)
     out["take() wrap"] = host_time(lambda: cugather.take(data, idx, axis=0, mode="wrap"), sync)
@@ -171,6 +172,39 @@ def host_overhead(cp, case: Case, peers: dict) -> dict:
         out["jax.numpy.take (jit)"] = host_time(lambda: take(jd, ji),
                                                 lambda: take(jd, ji).block_until_ready())
     return out
+
+
+def _bare_launch(cp, data, idx, axis, sync) -> dict:
+    """What a cached call cannot go below from Python: CuPy's cuLaunchKernel of
+    the same kernel with its parameters packed beforehand, alone and with the
+    one output allocation a call makes."""
+    import cugather
+    from cupy.cuda import driver
+
+    from ..runtime import bind
+
+    plan = cugather.GatherOp(axis, mode="wrap").plan(data, idx)
+    bound = bind(plan, data.data.device_id)
+    kernel = bound.main
+    result = cp.ndarray(plan.out_shape, data.dtype)
+    kernel.launch3(data.data.ptr, idx.data.ptr, result.data.ptr, 0)  # pointers written once
+    sync()
+    fn, params = kernel.kernel.handle, kernel.args.ctypes.data
+    holder = numpy.array([params], numpy.uint64)
+    pptr = holder.ctypes.data
+    (g0, g1, g2), (b0, b1, b2) = kernel.grid, kernel.block
+    stream = cp.cuda.get_current_stream().ptr
+    shape, dtype = plan.out_shape, data.dtype
+
+    def launch():
+        driver.launchKernel(fn, g0, g1, g2, b0, b1, b2, 0, stream, pptr, 0)
+
+    def alloc_launch():
+        cp.ndarray(shape, dtype)
+        driver.launchKernel(fn, g0, g1, g2, b0, b1, b2, 0, stream, pptr, 0)
+
+    return {"bare cuLaunchKernel": host_time(launch, sync),
+            "bare cuLaunchKernel + cupy.ndarray": host_time(alloc_launch, sync)}
 
 
 def divmod_comparison(cp, repeat: int) -> list:

@@ -69,7 +69,7 @@ def _call(op, data, indices, axis, out, mode, fill_value, stream):
     cp = validate.cupy_module()
     device = data.data.device_id
     if (type(indices) is not cp.ndarray or indices.dtype not in _INDEX_DTYPES
-            or not indices.flags.c_contiguous or indices.data.device_id != device):
+            or not indices._c_contiguous or indices.data.device_id != device):
         indices = validate.as_indices(indices, device)
     return run(op, data, indices, axis, out, mode, fill_value, stream, device, CUDA)
 

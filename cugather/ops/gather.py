@@ -127,14 +127,14 @@ class GatherOp:
         return self._call(data, indices, out, None)
 
     def _call(self, data, indices, out, stream):
-        ndarray = validate.cupy_module().ndarray
+        ndarray = validate.cupy_ndarray()
         if type(data) is not ndarray:
             data = validate.as_data(data, self._DATA)
         if data.ndim == 0:
             data = self._zero_d(data)
         device = data.data.device_id
         if (type(indices) is not ndarray or indices.dtype not in _INDEX_DTYPES
-                or not indices.flags.c_contiguous or indices.data.device_id != device):
+                or not indices._c_contiguous or indices.data.device_id != device):
             indices = validate.as_indices(indices, device, allow_bool=self._ALLOW_BOOL)
         return run(self, data, indices, out, stream, device, CUDA)
 

@@ -123,6 +123,6 @@ def gather_nd(data, indices, batch_dims: int = 0, *, out=None, mode: str = "rais
         data = validate.as_data(data)
     device = data.data.device_id
     if (type(indices) is not cp.ndarray or indices.dtype not in _INDEX_DTYPES
-            or not indices.flags.c_contiguous or indices.data.device_id != device):
+            or not indices._c_contiguous or indices.data.device_id != device):
         indices = validate.as_indices(indices, device)
     return run(data, indices, b, out, mode, fill_value, stream, device, CUDA)

@@ -10,6 +10,7 @@ the parameters at launch, so the block can be reused at once.
 
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Optional
 
@@ -49,11 +50,14 @@ def fill_words(pattern: bytes) -> tuple:
     return tuple(numpy.frombuffer(block, dtype="<u8").tolist())
 
 
+_pack3 = struct.Struct("<QQQ").pack_into  # the three leading pointers, in one call
+
+
 class BoundKernel:
     """One loaded kernel plus a reusable argument block for one launch of a plan."""
 
     __slots__ = ("kernel", "grid", "block", "shared_mem", "args", "_words", "_slots",
-                 "_params", "_params_ptr", "_lock", "_launch", "_handle")
+                 "_params", "_params_ptr", "_lock", "_launch", "_handle", "_bytes", "_config")
 
     def __init__(self, kernel, launch: Launch, fill: Optional[tuple] = None):
         fields = pack_fields(launch.fields)
@@ -68,20 +72,20 @@ class BoundKernel:
                             for n in POINTER_FIELDS[launch.args_type])
         self._params = numpy.array([self.args.ctypes.data], dtype=numpy.uint64)
         self._params_ptr = self._params.ctypes.data
+        self._bytes = memoryview(self.args.view(numpy.uint8))
         self._lock = threading.Lock()
         self._handle = kernel.handle
         self._launch = kernel.launch_fn  # cuLaunchKernel's signature
+        self._config = (*self.grid, *self.block, self.shared_mem)
 
     def launch3(self, p0: int, p1: int, p2: int, stream_ptr: int) -> None:
         """:meth:`launch` for blocks whose three pointers lead (data, indices, out)."""
-        g, b = self.grid, self.block
-        with self._lock:  # the block is shared by threads using the same plan
-            words = self._words
-            words[0] = p0
-            words[1] = p1
-            words[2] = p2
-            self._launch(self._handle, g[0], g[1], g[2], b[0], b[1], b[2],
-                         self.shared_mem, stream_ptr, self._params_ptr, 0)
+        g0, g1, g2, b0, b1, b2, shared = self._config
+        # The block is shared by the threads using this plan; the launch copies it.
+        with self._lock:
+            _pack3(self._bytes, 0, p0, p1, p2)
+            self._launch(self._handle, g0, g1, g2, b0, b1, b2, shared, stream_ptr,
+                         self._params_ptr, 0)
 
     def launch(self, pointers, stream_ptr: int) -> None:
         """Write ``pointers`` (in POINTER_FIELDS order) and launch on ``stream_ptr``."""

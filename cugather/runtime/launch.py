@@ -203,24 +203,35 @@ def launch_checked(bound: Bound, data, indices, out, stream, device: int):
     return out
 
 
+class _Fast:
+    """CuPy callables of the cached path, looked up once."""
+
+    ndarray = get_device = current_stream = None
+
+    @classmethod
+    def load(cls):
+        cp = validate.cupy_module()
+        cls.ndarray = cp.ndarray
+        cls.get_device = cp.cuda.runtime.getDevice
+        cls.current_stream = cp.cuda.get_current_stream
+        return cls
+
+
 def execute(bound: Bound, data, indices, out, stream, device: int):
     """Launch ``bound`` on arrays already validated: the one launch path of every op.
 
     The cached fast path -- one launch, no check, the device's context
-    current -- allocates (or checks) ``out`` and writes three pointers;
-    anything else goes through :func:`launch_checked`.
+    current in this thread -- allocates ``out`` and writes three pointers;
+    anything else (out=, stream=, raise mode, a device switch) goes through
+    :func:`launch_checked`.
     """
-    if bound.fast and CudaBackend.context_ready(device):
-        cp = validate.cupy_module()
-        if out is None:
-            out = cp.ndarray(bound.out_shape, data.dtype)
-        else:
-            validate.check_out(out, bound.out_shape, data.dtype, device,
-                               {"data": data, "indices": indices})
-        bound.main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr,
-                           cp.cuda.get_current_stream().ptr if stream is None
-                           else validate.stream_pointer(stream))
-        return out
+    if bound.fast and out is None and stream is None:
+        fast = _Fast if _Fast.ndarray is not None else _Fast.load()
+        if fast.get_device() == device and device in getattr(_ready, "devices", ()):
+            out = fast.ndarray(bound.out_shape, data.dtype)
+            bound.main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr,
+                               fast.current_stream().ptr)
+            return out
     return launch_checked(bound, data, indices, out, stream, device)
 
 

@@ -38,20 +38,21 @@ class OpRuntime:
 
     def bound(self, geo: validate.Geometry, fill_value) -> Bound:
         """The cached Bound for ``geo``, planned and bound on a miss."""
-        bound = self.cache.get(geo)
-        if bound is None:
-            backend = geo.backend
-            plan: Plan = self.planner(geo, backend.limits(geo.device))
-            fill = None
-            if plan.main is not None and plan.main.key.mode == "fill":
-                fill = validate.fill_bytes(fill_value, geo.dtype)
-            bound = bind(plan, geo.device, fill, backend)
-            self.cache.put(geo, bound)
+        return self.cache.get(geo) or self._miss(geo, fill_value)
+
+    def _miss(self, geo: validate.Geometry, fill_value) -> Bound:
+        backend = geo.backend
+        plan: Plan = self.planner(geo, backend.limits(geo.device))
+        fill = None
+        if plan.main is not None and plan.main.key.mode == "fill":
+            fill = validate.fill_bytes(fill_value, geo.dtype)
+        bound = bind(plan, geo.device, fill, backend)
+        self.cache.put(geo, bound)
         return bound
 
     def run(self, geo: validate.Geometry, data, indices, out, stream, fill_value):
         """Launch the plan of ``geo`` on validated arrays; returns ``out``."""
-        bound = self.bound(geo, fill_value)
+        bound = self.cache.get(geo) or self._miss(geo, fill_value)
         if bound.copy_data:  # merging needs a C-contiguous copy: plan that one
             data = geo.backend.contiguous_copy(data, geo.device)
             geo = validate.geometry_of(geo, data)
