@@ -1,5 +1,5 @@
-"""ONNX conformance: the Gather node cases shipped with the onnx package, through
-the host tier (CI) and through cugather.gather on a GPU."""
+"""The ONNX Gather node cases shipped with the onnx package (what
+tests/hostsim/test_onnx_host.py and tests/gpu/test_onnx_gpu.py run)."""
 
 import functools
 import glob
@@ -9,10 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from hostsim import build
-from reference import assert_same
-
 onnx = pytest.importorskip("onnx")
+
 
 GATHER_CASES = ["test_gather_0", "test_gather_1", "test_gather_2d_indices",
                 "test_gather_negative_indices"]
@@ -75,7 +73,7 @@ def onnx_gather_cases():
     return _collected()
 
 
-def _case(cases, name):
+def case(cases, name):
     assert name in cases, (f"{name} is missing from onnx {onnx.__version__}'s "
                            f"collect_testcases(); found {sorted(cases)}")
     axis, sets = cases[name]
@@ -83,30 +81,3 @@ def _case(cases, name):
     return axis, sets
 
 
-@pytest.mark.hostsim
-@pytest.mark.skipif(build.no_compiler_reason() is not None,
-                    reason=build.no_compiler_reason() or "")
-@pytest.mark.parametrize("name", GATHER_CASES)
-def test_onnx_gather_on_host(onnx_gather_cases, name):
-    from hostsim import runner
-
-    axis, sets = _case(onnx_gather_cases, name)
-    for inputs, (expected,) in sets:
-        data, indices = inputs
-        got = runner.host_gather(runner.device_copy(data), indices, axis=axis)
-        assert_same(got, expected, f"{name}: data {data.shape} {data.dtype}, indices "
-                                   f"{indices.tolist()}, axis {axis}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", GATHER_CASES)
-def test_onnx_gather_on_gpu(onnx_gather_cases, name):
-    cp = pytest.importorskip("cupy")
-    import cugather
-
-    axis, sets = _case(onnx_gather_cases, name)
-    for inputs, (expected,) in sets:
-        data, indices = inputs
-        got = cugather.gather(cp.asarray(data), cp.asarray(indices), axis=axis)
-        assert_same(cp.asnumpy(got), expected, f"{name}: data {data.shape} {data.dtype}, "
-                                               f"indices {indices.tolist()}, axis {axis}")
