@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 import warnings
 
 import numpy as np
@@ -107,10 +108,11 @@ def test_cache_clear_reaches_every_plan_cache_and_keeps_none_alive():
     cleared = jit.cache_clear()
     assert cleared.plans >= 4
     assert [op.cache_info() for op in ops] == [cugather.CacheInfo(0, 0, 256, 0)] * 2
-    alive = len(plan_caches._live)
+    caches = [weakref.ref(op._runtime.cache) for op in ops]
+    assert all(c() in plan_caches._live for c in caches)
     del ops, op  # the loop variable holds the last one
     gc.collect()
-    assert len(plan_caches._live) == alive - 2
+    assert [c() for c in caches] == [None, None]  # the registry keeps nothing alive
 
 
 def test_whole_cubin_restores_only_a_one_byte_shortfall():

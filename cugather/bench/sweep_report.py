@@ -79,9 +79,11 @@ def why(rec: dict, device: dict = None) -> str:
     elif kind == "inner":
         reasons.append(f"staging: a {_size(rec['axis_len'] * rb)} axis row per block for "
                        f"{rec['n_indices']} picks")
-    elif kind == "elem":
-        reasons.append(f"generic elem kernel: per-element index math, {unit} B units")
-    if rb > unit and rb % 16:
+    elif kind == "strided":
+        reasons.append(f"strided fallback: per-unit index math, {unit} B units")
+    elif kind == "window":
+        reasons.append(f"window: {rb} B rows as 16 B chunks, each part two aligned loads")
+    if rb > unit and rb % 16 and kind != "window":
         reasons.append(f"row bytes not a multiple of 16 ({rb} B, unit {unit} B)")
     elif rb > unit and unit < 16:
         reasons.append(f"unit {unit} B on {rb} B rows (a base or stride is not 16 B aligned)")

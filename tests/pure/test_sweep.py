@@ -206,7 +206,8 @@ def test_why_kernel_kinds():
     assert "multiple of 16" not in why(_why_rec(kind="scalar", unit=4, row=4, table=MiB))
     assert why(_why_rec(kind="inner", unit=2, row=2)).startswith(
         "staging: a 1.95 KiB axis row per block for 5000 picks")
-    assert why(_why_rec(kind="elem", unit=2, row=6)).startswith("generic elem kernel")
+    assert why(_why_rec(kind="strided", unit=2, row=6)).startswith("strided fallback")
+    assert why(_why_rec(kind="window", unit=16, row=40)).startswith("window: 40 B rows")
 
 
 def test_why_dram_bursts_blocks_and_the_plain_case():
