@@ -9,8 +9,8 @@ import subprocess
 import sys
 import textwrap
 import threading
-import weakref
 import warnings
+import weakref
 
 import numpy as np
 import pytest
