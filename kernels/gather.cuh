@@ -33,7 +33,6 @@ struct GatherArgs {
     u64 units;       // units per row
     u64 n_indices;
     u64 outer;
-    u64 idx_outer;   // inner kernel: index elements between outer slices (0: shared indices)
     Divisor n_div;   // n_indices, splits an output row into (outer, index position)
     u32 chunk;       // inner kernel: indices per block
     u32 stage_unit;  // inner kernel: bytes per staging load
@@ -182,14 +181,13 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 // inner: rows of one unit whose whole axis fits in shared memory (the gather
 // axis is the last one, or the inner block is one tiny unit).  A block stages
 // an outer row once with wide coalesced loads, then picks its chunk of the
-// indices from shared memory and writes them coalesced.  The indices are the
-// same for every outer row (Gather), or idx_outer apart (GatherElements along
-// the last axis: each output row picks from its own data row).  blockIdx.x walks
+// indices from shared memory and writes them coalesced.  blockIdx.x walks
 // chunks of the indices (adjacent blocks share a row, which stays in L2),
 // blockIdx.y walks outer rows; both loop when the grid is smaller.
 // ---------------------------------------------------------------------------
-// Copy a row into shared memory with CG_STAGE_ILP loads in flight per thread
-// before the first store (a plain strided loop waits on each load in turn).
+// Copy a row into shared memory with up to CG_STAGE_ILP loads in flight per
+// thread before the first store (a plain strided loop waits on each load in
+// turn), the last round included.
 template <class S>
 __device__ __forceinline__ void stage_row(const char* row, unsigned char* stage, u64 bytes)
 {
@@ -205,7 +203,15 @@ __device__ __forceinline__ void stage_row(const char* row, unsigned char* stage,
 #pragma unroll
         for (int k = 0; k < CG_STAGE_ILP; ++k) d[j + k * bs] = v[k];
     }
-    for (; j < n; j += bs) d[j] = __ldg(s + j);
+    // The rest (fewer than CG_STAGE_ILP loads per thread), four loads in flight.
+    for (; j < n; j += 4 * bs) {
+        S v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = j + k * bs < n ? __ldg(s + j + k * bs) : S();
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (j + k * bs < n) d[j + k * bs] = v[k];
+    }
 }
 
 template <class U, class Idx, class M, int MODE>
@@ -232,12 +238,11 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
         }
         __syncthreads();
         U* dst = (U*)a.out + (u64)o * (u64)n_idx;
-        const Idx* row_idx = idx + (u64)o * a.idx_outer;
         for (Ix first = (Ix)blockIdx.x * chunk; first < n_idx; first += (Ix)gridDim.x * chunk) {
             const Ix last = (n_idx - first < chunk) ? n_idx : first + chunk;
 #pragma unroll 4
             for (Ix n = first + (Ix)threadIdx.x; n < last; n += blockDim.x) {
-                i64 i = load_index(row_idx + n);
+                i64 i = load_index(idx + n);
                 store_stream(dst + n, resolve<MODE>(i, a.axis_len) ? staged[i] : fillv);
             }
         }

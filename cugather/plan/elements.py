@@ -14,10 +14,8 @@ import math
 from typing import Optional
 
 from . import tuning
-from .core import (GRID_X_MAX, DeviceLimits, Launch, Operand, Plan, cdiv, check_launch,
-                   divisors, index_math, merge_dims, no_empty_axis, pad, split_run,
-                   too_many_dims, unit_for)
-from .gather import inner_launch, stage_pays
+from .core import (GRID_X_MAX, Launch, Operand, Plan, cdiv, check_launch, divisors, index_math,
+                   merge_dims, no_empty_axis, pad, split_run, too_many_dims, unit_for)
 from .keys import KernelKey
 
 __all__ = ["plan_elements", "elements_shape", "along_axis_shape", "TILE_COLS"]
@@ -74,32 +72,17 @@ def _contiguous_strides(shape) -> list:
     return strides[::-1]
 
 
-def _staged_rows(data: Operand, out_shape, axis, dims, run, unit, s_axis):
-    """``(rows, data stride, index stride)`` of the rows around a gathered axis
-    that is innermost in the output and contiguous in data, one element per
-    unit, with at most one dimension of rows around it; else None."""
-    if (any(n != 1 for n in out_shape[axis + 1:]) or run != data.itemsize
-            or unit != data.itemsize or s_axis != unit or not 1 <= len(dims) <= 2
-            or dims[0][:2] != (out_shape[axis], 0) or dims[0][2] != 1):
-        return None
-    return dims[1] if len(dims) == 2 else (1, 0, 0)
-
-
 def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mode: str, *,
-                  out_shape=None, out_align: int = 256, limits: DeviceLimits = DeviceLimits(),
-                  math_name: Optional[str] = None, max_grid: Optional[int] = None,
-                  column_tiles: Optional[bool] = None, staged: Optional[bool] = None) -> Plan:
+                  out_shape=None, out_align: int = 256, math_name: Optional[str] = None,
+                  max_grid: Optional[int] = None, column_tiles: Optional[bool] = None) -> Plan:
     """Plan ``out[c] = data[c with c[axis] replaced by indices[c]]``.
 
     ``axis`` must be normalised.  ``out_shape`` defaults to the indices' shape
     (GatherElements); take_along_axis passes the broadcast shape.  On other
     dimensions data may be larger than the output (read from its corner) or 1
-    (broadcast), and indices equal to the output or 1 (broadcast).  Along the
-    last axis, when a data row fits in shared memory and its picks fill a
-    block, each row is staged once and picked from there (the inner kernel of
-    Gather, with per-row indices).  ``math_name``, ``max_grid``,
-    ``column_tiles`` and ``staged`` force an index math, a smaller grid, the
-    slot order or the staging (tests and benchmarks).
+    (broadcast), and indices equal to the output or 1 (broadcast).
+    ``math_name``, ``max_grid`` and ``column_tiles`` force an index math, a
+    smaller grid or the slot order (tests and benchmarks).
     """
     indices_shape = tuple(indices_shape)
     out_shape = tuple(indices_shape if out_shape is None else out_shape)
@@ -134,17 +117,6 @@ def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mod
         return too_many_dims(data, len(dims), **base)
     total = out_size * data.itemsize // unit
     mname = index_math(total, math_name)
-    rows = _staged_rows(data, out_shape, axis, dims, run, unit, s_axis)
-    if rows is not None and staged is not False and column_tiles is None and (
-            staged or stage_pays(axis_len, unit, s_axis, dims[0][0], limits)):
-        n_rows, s_row, i_row = rows
-        main = inner_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_rows, s_row,
-                            i_row, dims[0][0], data.align, limits, max_grid)
-        return Plan(main=main, reason=f"{n_rows} data rows of {axis_len * unit} B staged in "
-                                      f"shared memory, {dims[0][0]} picks each", **base)
-    if staged:
-        raise ValueError("staged rows need the gathered axis innermost and contiguous, one "
-                         "element per unit, and one dimension of rows around it")
     fields = dict(total=total, axis_len=axis_len, s_axis=s_axis, ndim=len(dims),
                   dims=divisors([n for n, _, _ in dims], mname),
                   strides=pad([s for _, s, _ in dims]), index_strides=pad([i for _, _, i in dims]))

@@ -19,7 +19,7 @@ from .core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Operand, Plan,
 from .fastdiv import make_divisor
 from .keys import KernelKey
 
-__all__ = ["GatherPlan", "plan_gather", "inner_launch", "stage_pays", "GATHER_KINDS"]
+__all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "window", "strided")
 
@@ -42,13 +42,17 @@ def _rows_cu(unit: int) -> int:
     return 16 // unit if unit >= 8 else tuning.ROWS_NARROW_CU
 
 
-def stage_pays(axis_len: int, unit: int, s_axis: int, picks: int, limits: DeviceLimits) -> bool:
-    """Whether staging a contiguous axis row of one-unit elements in shared memory
-    beats picking from it directly: the row fits, its picks fill a block (fewer
-    leave the threads of a block that stages a whole row idle), and they would
-    cost as many 32-byte sectors as the row has bytes (staging reads it all)."""
-    return (s_axis in (0, unit) and axis_len * unit <= limits.max_shared_mem
-            and picks >= tuning.MAX_THREADS and picks * max(32, unit) >= axis_len * unit)
+def _stage_pays(axis_len: int, unit: int, s_axis: int, picks: int, n_outer: int,
+                limits: DeviceLimits) -> bool:
+    """Whether staging contiguous axis rows of one-unit elements in shared memory
+    beats picking from them directly (scalar).  Measured on H200 over the random
+    sweep: staging pays when several rows of at least 64 bytes each take enough
+    picks to fill a block and to touch about every 32-byte sector of the row;
+    a single row sits in L1 for direct picks anyway, and fewer picks leave a
+    staging block idle (64 picks from 256-byte rows: 32 us staged, 7 us direct)."""
+    row = axis_len * unit
+    return (s_axis in (0, unit) and row <= limits.max_shared_mem and n_outer >= 2
+            and row >= 64 and picks >= tuning.MAX_THREADS and picks * max(32, unit) >= row)
 
 
 def _row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits) -> int:
@@ -128,13 +132,14 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     unit = unit_for(row_bytes, data.align, out_align, s_outer, s_axis)
     units = row_bytes // unit
     rows = n_outer * n_idx
-    if kind == "window" or (kind == "rows" and not forced and row_bytes % 16
+    if kind == "window" or (kind == "rows" and not forced and unit <= 2 and row_bytes % 16
                             and 16 < row_bytes <= tuning.WINDOW_MAX_ROW and out_align >= 16):
         return _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                             out_align, math_name, max_grid or GRID_X_MAX, base)
     if kind == "rows" and not forced:
         if units == 1:
-            kind = "inner" if stage_pays(axis_len, row_bytes, s_axis, n_idx, limits) else "scalar"
+            kind = ("inner" if _stage_pays(axis_len, row_bytes, s_axis, n_idx, n_outer, limits)
+                    else "scalar")
         elif units > tuning.MAX_THREADS * _rows_cu(unit):
             kind = "chunks"
     if kind in ("scalar", "inner") and units != 1:
@@ -144,7 +149,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
-                  n_indices=n_idx, outer=n_outer, idx_outer=0,
+                  n_indices=n_idx, outer=n_outer,
                   n_div=make_divisor(max(n_idx, 1), 32 if mname == "fast32" else 64),
                   chunk=0, stage_unit=0, row_unroll=1)
     grid_x = max_grid or GRID_X_MAX
@@ -163,26 +168,26 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         grid = (min(cdiv(rows, tuning.MAX_THREADS * tuning.SCALAR_ILP), grid_x), 1, 1)
         reason = f"one {unit} B unit per row, {tuning.SCALAR_ILP} loads in flight per thread"
     else:
-        main = inner_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer, s_outer,
-                            0, n_idx, data.align, limits, max_grid)
+        main = _inner_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer, s_outer,
+                             n_idx, data.align, limits, max_grid)
         return GatherPlan(main=main, reason=f"axis row of {axis_len * row_bytes} B staged in "
                                             f"shared memory", **base)
     main = Launch(KernelKey(kind, unit, index_dtype, mname, mode), fields, grid, block)
     return GatherPlan(main=main, reason=reason, **base)
 
 
-def inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_len: int,
-                 s_axis: int, n_outer: int, s_outer: int, idx_outer: int, n_idx: int,
-                 align: int, limits: DeviceLimits, max_grid: Optional[int] = None) -> Launch:
+def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_len: int,
+                  s_axis: int, n_outer: int, s_outer: int, n_idx: int, align: int,
+                  limits: DeviceLimits, max_grid: Optional[int] = None) -> Launch:
     """The inner kernel over ``n_outer`` rows of ``axis_len`` one-unit elements,
-    ``n_idx`` picks each (indices shared, or ``idx_outer`` apart per row)."""
+    the same ``n_idx`` picks from each."""
     row = axis_len * unit
     # Enough blocks to fill the GPU when there are few outer rows; every
     # chunk of a row stages that row again (from L2: its blocks are adjacent).
     chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS), cdiv(4 * limits.sm_count, n_outer)))
     chunk = cdiv(cdiv(n_idx, chunks), tuning.MAX_THREADS) * tuning.MAX_THREADS
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=n_outer * n_idx,
-                  units=1, n_indices=n_idx, outer=n_outer, idx_outer=idx_outer,
+                  units=1, n_indices=n_idx, outer=n_outer,
                   n_div=make_divisor(max(n_idx, 1), 32 if math_name == "fast32" else 64),
                   chunk=chunk, stage_unit=unit_for(align, s_outer, row), row_unroll=1)
     grid = (min(cdiv(n_idx, chunk), max_grid or GRID_X_MAX),

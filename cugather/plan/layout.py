@@ -25,7 +25,7 @@ GATHER_ARGS = numpy.dtype([
     ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("rows", "<u8"), ("units", "<u8"), ("n_indices", "<u8"), ("outer", "<u8"),
-    ("idx_outer", "<u8"), ("n_div", DIVISOR),
+    ("n_div", DIVISOR),
     ("chunk", "<u4"), ("stage_unit", "<u4"), ("row_unroll", "<u4"), ("pad", "<u4"),
     _FILL,
 ], align=True)

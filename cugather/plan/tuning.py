@@ -28,7 +28,9 @@ SCALAR_ILP = 2
 # inner: loads in flight per thread while a row is staged in shared memory.
 STAGE_ILP = 8
 # window: 16-byte output chunks per thread; rows up to this many bytes take
-# the window kernel when their length is not a multiple of 16.
+# the window kernel when the rows kernel could only move them in 1- or 2-byte
+# units (over the random sweep: 1.04x-2.07x the rows kernel there; with
+# 4- and 8-byte units the rows kernel was 2-40% faster).
 WINDOW_ILP = 2
 WINDOW_MAX_ROW = 2048
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).

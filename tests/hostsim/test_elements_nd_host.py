@@ -386,25 +386,3 @@ def test_negative_zero_fill_after_positive_zero():
         assert np.signbit(got[0, 1]) == np.signbit(fill), (fill, got)
         got, _ = host_nd(data, np.array([[5]]), 0, "fill", fill_value=fill)
         assert np.signbit(got).all() == np.signbit(fill), (fill, got)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("broadcast", [False, True])
-def test_last_axis_rows_staged_in_shared_memory(mode, broadcast):
-    """GatherElements / take_along_axis along the last axis with enough picks per
-    row stage each data row once (the inner kernel with per-row indices)."""
-    rng = _seed("staged", mode, broadcast)
-    data = runner.device_copy(random_data(rng, (7, 300), "float32"))
-    idx_rows = 1 if broadcast else 7
-    idx = _indices(rng, (idx_rows, 290), 300, "int32", mode)
-    want = elements_ref(data, idx, 1, mode, fill_value=-1, broadcast=broadcast)
-    for staged in (None, True, False):
-        force = {} if staged is None else {"staged": staged, "max_grid": 2}
-        got, plan = host_elements(data, idx, 1, mode, fill_value=-1, broadcast=broadcast,
-                                  **force)
-        assert plan.kind == ("elements" if staged is False else "inner"), plan.describe()
-        if plan.kind == "inner":
-            assert plan.fields["idx_outer"] == (0 if broadcast else 290), plan.describe()
-        _assert_same(got, want, f"{mode} broadcast={broadcast} staged={staged}")
-    with pytest.raises(ValueError, match="staged rows"):
-        host_elements(data, idx[:, :5].T.copy() if not broadcast else idx, 0, mode, staged=True)

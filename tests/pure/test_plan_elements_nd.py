@@ -78,7 +78,7 @@ def test_merge_dims():
 
 # ---------------------------------------------------------------- plan choices
 def test_gather_elements_last_axis_is_one_divmod():
-    p = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap", staged=False)
+    p = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap")
     assert p.fields["ndim"] == 2 and len(p.divisors()) == 1 and p.key.unit == 4
     assert p.divisors()["dims[0]"].d == 300 and p.key.math == "fast32"
     assert p.check_key is None
@@ -99,28 +99,12 @@ def test_gather_elements_column_tiles_when_a_warp_of_columns_sits_inside_the_axi
     # Columns stop at the gathered axis and at a broadcast data dimension.
     mid = plan_elements(op((6, 50, 40)), (6, 7, 40), "int32", 1, "clip")
     assert mid.fields["cols"] == 40 and mid.fields["row_tiles"] == -(-6 * 7 // 16)
-    last = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap", staged=False)
+    last = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap")
     narrow = plan_elements(op((1000, 31)), (300, 31), "int64", 0, "wrap")
     for p in (last, narrow):
         assert p.fields["col_tiles"] == 0 and "flat order" in p.reason, p.reason
     forced = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap", column_tiles=True)
     assert forced.fields["cols"] == 1 and forced.fields["row_tiles"] == 64 * 300 // 16
-
-
-def test_gather_elements_last_axis_stages_rows_when_picks_fill_a_block():
-    staged = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap")
-    assert staged.kind == "inner" and staged.shared_mem == 4000
-    f = staged.fields
-    assert (f["outer"], f["s_outer"], f["idx_outer"], f["n_indices"]) == (64, 4000, 300, 300)
-    assert (f["s_axis"], f["axis_len"]) == (4, 1000)
-    few = plan_elements(op((64, 1000)), (64, 100), "int64", 1, "wrap")   # picks below a block
-    wide = plan_elements(op((64, 20000)), (64, 300), "int64", 1, "wrap")  # row over 48 KB
-    strided = plan_elements(op((64, 1000), strides=(8000, 8)), (64, 300), "int64", 1, "wrap")
-    assert [p.kind for p in (few, wide, strided)] == ["elements"] * 3
-    along = plan_elements(op((64, 1000)), (1, 300), "int64", 1, "wrap", out_shape=(64, 300))
-    assert along.kind == "inner" and along.fields["idx_outer"] == 0  # broadcast indices
-    with pytest.raises(ValueError, match="staged rows"):
-        plan_elements(op((64, 1000)), (30, 1000), "int64", 0, "wrap", staged=True)
 
 
 def test_gather_elements_indices_smaller_than_data_keep_data_strides():
@@ -262,23 +246,7 @@ def _memory(data):
     return buf, -lo
 
 
-def emulate_inner(plan, data, indices, fill=b"\0"):
-    """The inner kernel: each outer row staged, then picked by its own indices."""
-    f, unit = plan.fields, plan.key.unit
-    buf, origin = _memory(data)
-    flat = indices.reshape(-1)
-    out = bytearray()
-    for o in range(f["outer"]):
-        for n in range(f["n_indices"]):
-            i, keep = _resolve(int(flat[o * f["idx_outer"] + n]), f["axis_len"], plan.key.mode)
-            start = origin + o * f["s_outer"] + i * f["s_axis"]
-            out += buf[start:start + unit].tobytes() if keep else (fill * 16)[:unit]
-    return np.frombuffer(bytes(out), data.dtype).reshape(plan.out_shape)
-
-
 def emulate_elements(plan, data, indices, fill=b"\0"):
-    if plan.kind == "inner":
-        return emulate_inner(plan, data, indices, fill)
     f, unit = plan.fields, plan.key.unit
     buf, origin = _memory(data)
     flat = indices.reshape(-1)

@@ -23,14 +23,18 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
     ((65536, 4096), "f2", 0, 16384, "chunks", 16),
     ((1000000, 16), "f4", 0, 4000000, "rows", 16),
     ((10000000, 3), "f2", 0, 20000000, "rows", 2),
-    ((1000000, 100), "u1", 0, 1000000, "window", 16),  # 100 B rows as 16 B chunks
+    ((1000000, 100), "u1", 0, 1000000, "rows", 4),
+    ((1000000, 99), "u1", 0, 1000000, "window", 16),  # 1-byte units: 16 B chunks instead
     ((1000000, 16), "u1", 0, 1000000, "scalar", 16),  # one 16 B unit per row
     ((64000000,), "f4", 0, 32000000, "scalar", 4),
     ((8192, 8192), "f4", 1, 4096, "inner", 4),
     ((8192, 8192), "f4", 1, 10, "scalar", 4),   # few picks: staging a row would not pay
     ((64, 1024, 256), "f2", 1, 512, "rows", 16),
     ((100000, 64), "c16", 0, 200000, "rows", 16),
-    ((1000, 4, 2), "f4", 1, 3000, "inner", 8),  # tiny inner block
+    ((1000, 4, 2), "f4", 1, 3000, "scalar", 8),  # 32 B axis rows: staging does not pay
+    ((1000, 64, 2), "f4", 1, 3000, "inner", 8),  # tiny inner block, 512 B axis rows
+    ((8192,), "f4", 0, 4096, "scalar", 4),       # one row: direct picks hit L1
+    ((32, 512, 128), "f2", 2, 64, "scalar", 2),  # 64 picks do not fill a staging block
 ])
 def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
     p = plan_of((shape, dtype), (n_idx,), axis)
