@@ -24,6 +24,7 @@ from ..runtime.op import OpRuntime
 __all__ = ["GatherOp", "gather", "take", "take_op", "run"]
 
 _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
+_I32, _I64 = validate.INDEX_DTYPES  # NumPy's own instances, which CuPy arrays carry
 
 
 class GatherOp:
@@ -121,6 +122,19 @@ class GatherOp:
 
     # ------------------------------------------------------------ call
     def __call__(self, data, indices, *, out=None, stream=None):
+        ndarray = validate.cupy_ndarray()
+        if (stream is None and type(data) is ndarray and type(indices) is ndarray
+                and (indices.dtype is _I64 or indices.dtype is _I32) and indices._c_contiguous):
+            # Operands as a cached call has them: straight to the runtime.
+            mem = data.data
+            device = mem.device_id
+            nd = data.ndim
+            axis = self.axis
+            if indices.data.device_id == device and -nd <= axis < nd:
+                geo = validate.geometry(self._OP, CUDA, device, data, indices, mem.ptr,
+                                        0 if out is None else validate.out_pointer(out, CUDA),
+                                        axis % nd, self._kernel_mode)
+                return self._runtime.run(geo, data, indices, out, None, self.fill_value)
         if stream is not None:  # conversions and copies run on it too
             with validate.current_stream(stream):
                 return self._call(data, indices, out, stream)

@@ -23,6 +23,7 @@ class PlanCache:
     """
 
     __slots__ = ("_data", "_lock", "maxsize", "hits", "misses", "__weakref__")
+    # OpRuntime.run repeats get() inline: keep the two in step.
 
     def __init__(self, maxsize: int):
         self._data: OrderedDict = OrderedDict()

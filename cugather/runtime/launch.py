@@ -220,8 +220,8 @@ class _Fast:
 def execute(bound: Bound, data, indices, out, stream, device: int):
     """Launch ``bound`` on arrays already validated: the one launch path of every op.
 
-    The cached fast path -- one launch, no check, the device's context
-    current in this thread -- allocates ``out`` and writes three pointers;
+    The cached path -- one launch, no out= or stream=, the device's context
+    current in this thread -- allocates the output and writes three pointers;
     anything else (out=, stream=, raise mode, a device switch) goes through
     :func:`launch_checked`.
     """

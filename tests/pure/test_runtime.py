@@ -34,7 +34,7 @@ def test_plan_cache_is_lru_a_hit_moves_to_the_end():
 def test_gather_op_cache_size_bounds_its_plans():
     op = cugather.GatherOp(0, cache_size=2)
     for i in range(5):
-        op._runtime.cache.put(("geometry", i), object())
+        op._runtime.put(("geometry", i), object())
     assert op.cache_info().currsize == 2
     with pytest.raises(ValueError, match="cache_size"):
         cugather.GatherOp(0, cache_size=0)
