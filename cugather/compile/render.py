@@ -66,6 +66,9 @@ KIND_SPECS.update({
                           _family_min_blocks),
     "nd": _KindSpec("gather.cu.j2", "gather_nd", "NDArgs", _FAMILY_HEADERS, _family_min_blocks),
     "check_nd": _KindSpec("gather.cu.j2", "check_nd", "NDCheckArgs", _FAMILY_HEADERS),
+    # cugather.distributed: rows of a table sharded over several allocations.
+    "sharded": _KindSpec("gather.cu.j2", "gather_sharded", "ShardedArgs",
+                         ("common.cuh", "sharded.cuh"), 4),
 })
 
 
@@ -123,6 +126,8 @@ def _template_args(key: KernelKey) -> list[str]:
     index_type = INDEX_TYPES[key.index_dtype]
     if key.kind in ("check", "check_nd"):
         return [index_type]
+    if key.kind == "sharded":  # no index math
+        return [UNIT_TYPES[key.unit], index_type, MODE_CONSTANTS[key.mode]]
     return [UNIT_TYPES[key.unit], index_type, MATH_TYPES[key.math], MODE_CONSTANTS[key.mode]]
 
 

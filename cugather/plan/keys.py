@@ -18,8 +18,10 @@ __all__ = [
 
 #: Kernel kinds of the gather family (see kernels/gather.cuh) and the
 #: bounds check that raise mode runs first; then GatherElements, GatherND and
-#: GatherND's bounds check (kernels/gather_family.cuh).
-KINDS = ("rows", "chunks", "scalar", "inner", "elem", "check", "elements", "nd", "check_nd")
+#: GatherND's bounds check (kernels/gather_family.cuh); the gather from a
+#: row-sharded table (kernels/sharded.cuh, cugather.distributed).
+KINDS = ("rows", "chunks", "scalar", "inner", "elem", "check", "elements", "nd", "check_nd",
+         "sharded")
 #: Bytes moved per load/store.
 UNITS = (1, 2, 4, 8, 16)
 INDEX_DTYPES = ("int32", "int64")
@@ -41,6 +43,7 @@ _KIND_MATHS = {
     "elements": ("fast32", "fast64"),
     "nd": ("fast32", "fast64"),
     "check_nd": ("fast64",),
+    "sharded": ("fast64",),  # divides nothing: one fixed value, as for the checks
 }
 
 # Bounds checks move no data (unit 0) and exist in raise mode only.

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import numpy
 
-__all__ = ["ARGS_DTYPES", "DIVISOR", "MAX_DIMS", "layout_of", "new_args", "POINTER_FIELDS"]
+__all__ = ["ARGS_DTYPES", "DIVISOR", "MAX_DIMS", "MAX_RANKS", "layout_of", "new_args",
+           "POINTER_FIELDS"]
 
 MAX_DIMS = 8  # CG_MAX_DIMS
+#: Most shards one sharded-gather argument block describes (CG_MAX_RANKS):
+#: the block stays near 1 KB, well inside the 4 KB of kernel parameters.
+MAX_RANKS = 64
 
 DIVISOR = numpy.dtype(
     [("d", "<u8"), ("m", "<u8"), ("l", "<u4"), ("pad", "<u4")], align=True)
@@ -69,9 +73,20 @@ ND_CHECK_ARGS = numpy.dtype([
     ("bounds", "<i8", (MAX_DIMS,)),
 ], align=True)
 
+# kernels/sharded.cuh
+SHARDED_ARGS = numpy.dtype([
+    ("indices", "<u8"), ("out", "<u8"),
+    ("n", "<u8"), ("units", "<u8"), ("total", "<i8"),
+    ("n_shards", "<u4"), ("row_unroll", "<u4"),
+    _FILL,
+    ("offsets", "<i8", (MAX_RANKS + 1,)),
+    ("bases", "<u8", (MAX_RANKS,)),
+], align=True)
+
 #: C struct name -> dtype.
 ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "ElemArgs": ELEM_ARGS, "CheckArgs": CHECK_ARGS,
-               "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS}
+               "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
+               "ShardedArgs": SHARDED_ARGS}
 
 #: Pointer fields, in the order the launcher writes them for each call.
 POINTER_FIELDS = {
@@ -81,6 +96,7 @@ POINTER_FIELDS = {
     "ElementsArgs": ("data", "indices", "out"),
     "NDArgs": ("data", "indices", "out"),
     "NDCheckArgs": ("indices", "first_bad"),
+    "ShardedArgs": ("indices", "out"),  # shard bases are fields of the plan
 }
 
 
