@@ -33,6 +33,12 @@ def add_arguments(p) -> None:
     p.add_argument("--no-peers", action="store_true", help="skip torch and JAX")
     p.add_argument("--no-family", action="store_true",
                    help="skip the gather_elements / gather_nd cases")
+    p.add_argument("--distributed", action="store_true",
+                   help="the sharded gather over every GPU of a job (run under "
+                        "python -m cugather.distributed.run); see cugather.bench.distributed")
+    from .distributed import add_arguments as _distributed_arguments
+
+    _distributed_arguments(p)
 
 
 def _progress(items, desc):
@@ -73,6 +79,10 @@ def run(args) -> int:
     if reason is not None:
         print(f"cugather bench needs a CUDA GPU: {reason}", file=sys.stderr)
         return 2
+    if args.distributed:
+        from .distributed import run_distributed
+
+        return run_distributed(args)
     import cupy as cp
 
     names = args.case or (QUICK if args.quick else [c.name for c in CASES])

@@ -93,7 +93,8 @@ def read_env(environ=None) -> JobEnv:
     addr = environ.get("MASTER_ADDR") or "127.0.0.1"
     agent = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     token = environ.get(ENV_TOKEN, "")
-    if not token and not agent and not _loopback(addr) and world > 1:
+    torchrun = bool(environ.get("TORCHELASTIC_RUN_ID"))  # torchrun's own store has no token either
+    if not token and not agent and not torchrun and not _loopback(addr) and world > 1:
         raise ValueError(
             f"{ENV_TOKEN} is not set and MASTER_ADDR={addr} is not a loopback address: give "
             f"every rank the same secret token (python -m cugather.distributed.run does)")

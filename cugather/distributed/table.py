@@ -11,7 +11,6 @@ indices, through NCCL (:mod:`.exchange`) or peer reads (:mod:`.peer`).
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 from .. import validate as _arrays
 from ..validate import GATHER_MODES, TAKE_MODES
