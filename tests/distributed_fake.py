@@ -185,6 +185,9 @@ class DeferredBackend:
     def take2(self, *args, **kwargs):
         return self._plain.take2(*args, **kwargs)
 
+    def argsort(self, keys):
+        return self._plain.argsort(keys)
+
     def as_bytes(self, arr):
         return self._plain.as_bytes(arr)
 

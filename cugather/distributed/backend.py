@@ -30,6 +30,9 @@ class CupyBackend:
         """``table[idx]`` along axis 0 with a cugather kernel, on the work stream."""
         return _gather(table, idx, 0, mode=mode, fill_value=fill_value, out=out)
 
+    def argsort(self, keys):
+        return self.xp.argsort(keys)  # CuPy's sort is stable (and takes no other kind)
+
     def take2(self, first, second, idx, *, mode="wrap", fill_value=0, out=None):
         """Rows of ``[first | second]`` without concatenating them: the sharded kernel."""
         n1, n2 = int(first.shape[0]), int(second.shape[0])

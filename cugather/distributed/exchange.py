@@ -86,6 +86,9 @@ class NumpyBackend:
         out[...] = rows
         return out
 
+    def argsort(self, keys):
+        return numpy.argsort(keys, kind="stable")
+
     def take2(self, first, second, idx, *, mode="wrap", fill_value=0, out=None):
         """Rows of ``concatenate([first, second])`` (the sharded kernel on a GPU)."""
         return self.take(numpy.concatenate([first, second]), idx, mode=mode,
@@ -127,10 +130,10 @@ def resolve(xp, indices, total: int, mode: str):
         if not n:
             return g, None, fine
         bad = (i < -total) | (i >= total)
-        pos = xp.argmax(bad).astype(xp.int64).reshape(1)
-        any_bad = bad[pos]
+        pos = xp.min(xp.where(bad, xp.arange(n, dtype=xp.int64), n)).reshape(1)  # first bad
+        any_bad = pos < n
         status = xp.concatenate([xp.where(any_bad, _BAD, _FINE).astype(xp.int64),
-                                 xp.where(any_bad, pos, -1), i[pos]])
+                                 xp.where(any_bad, pos, -1), i[xp.minimum(pos, n - 1)]])
         return g, None, status
     if mode == "wrap":
         return (xp.mod(i, total) if n else i), None, fine
@@ -202,7 +205,7 @@ def exchange_gather(backend, comm: Collectives, shard, offsets, indices, out, *,
     if valid is not None:
         owner = xp.where(valid, owner, P)  # out-of-range fill slots: a dummy owner, no rows
     key = ((xp.arange(n, dtype=xp.int64) // L) * (P + 1) + owner).astype(xp.int32)
-    perm = xp.argsort(key, kind="stable")
+    perm = backend.argsort(key)
     counts = xp.bincount(key, minlength=S * (P + 1)) if n else xp.zeros(S * (P + 1), xp.int64)
     head = xp.asarray(numpy.array([n, rounds], dtype=numpy.int64))
     matrix = comm.allgather_int64(xp.concatenate([status, head, counts.astype(xp.int64)]))

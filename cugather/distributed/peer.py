@@ -50,8 +50,9 @@ def export_shard(arr) -> tuple:
     """(64-byte IPC handle, byte offset of ``arr`` in its allocation) for another process."""
     from cupy.cuda import runtime
 
-    base, _ = allocation_base(arr.data.ptr)
-    return bytes(runtime.ipcGetMemHandle(base)), arr.data.ptr - base
+    with _Device(arr.data.device_id):  # the driver call needs the device's context current
+        base, _ = allocation_base(arr.data.ptr)
+        return bytes(runtime.ipcGetMemHandle(base)), arr.data.ptr - base
 
 
 def open_shard(handle: bytes, offset: int, device: int) -> tuple:

@@ -3,6 +3,7 @@ shard records, and that importing needs no GPU."""
 
 import json
 import subprocess
+import time
 import sys
 
 import numpy as np
@@ -103,3 +104,25 @@ def test_import_needs_no_gpu_or_nccl():
             "assert 'cupy.cuda.nccl' not in sys.modules; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+class _Event:
+    def __init__(self, after):
+        self.t = time.monotonic() + after
+
+    @property
+    def done(self):
+        return time.monotonic() >= self.t
+
+
+def test_waits_on_the_gpu_are_bounded_and_cancellable():
+    from cugather.distributed.comm import wait_event
+
+    wait_event(_Event(0.05), 5, "quick")
+    aborted = []
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 0.2 s"):
+        wait_event(_Event(60), 0.2, "stuck", lambda: aborted.append(1))
+    assert aborted == [1] and time.monotonic() - start < 5
+    with pytest.raises(TimeoutError, match="cancelled"):
+        wait_event(_Event(60), 30, "other rank failed", None, lambda: True)
