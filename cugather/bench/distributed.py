@@ -77,10 +77,11 @@ class _Timer:
         return times
 
 
-def _stat(times, nbytes) -> dict:
+def _stat(times, nbytes, what: str) -> dict:
+    """Median milliseconds and ``nbytes`` (described by ``what``) per median time."""
     med = float(numpy.median(times))
-    return {"ms": med, "gbps": nbytes / med / 1e6 if med else 0.0,
-            "p90_ms": float(numpy.percentile(times, 90))}
+    return {"ms": med, "gbps": nbytes / med / 1e6 if med else 0.0, "bytes": int(nbytes),
+            "bytes_are": what, "p90_ms": float(numpy.percentile(times, 90))}
 
 
 def _peer_copy(cp, comm, table, remote_bytes_from):
@@ -152,30 +153,37 @@ def _case(cp, cugather, comm, table, timer, idx, row_bytes, repeat, transports) 
     want = _rows_of(cp, idx, row_bytes)
     res = {"indices": n, "remote_rows": remote, "remote_share": remote / max(n, 1),
            "rows_asked_of_each_rank": mine.tolist(), "impl": {}}
-    for transport in transports:
-        fn = lambda t=transport: table.gather(idx, mode="wrap", out=out, transport=t)  # noqa: E731
+    runs = [(t, t, 0) for t in transports]
+    if "nccl" in transports:  # the rounds rule's choice against one round
+        runs.append(("nccl_1_round", "nccl", 1))
+    for name, transport, rounds in runs:
+        kw = dict(rounds=rounds) if transport == "nccl" else {}
+        fn = lambda t=transport, kw=kw: table.gather(idx, mode="wrap", out=out,  # noqa: E731
+                                                     transport=t, **kw)
         fn()
-        res.setdefault("checked", {})[transport] = bool(cp.array_equal(out, want))
+        res.setdefault("checked", {})[name] = bool(cp.array_equal(out, want))
         times = timer.events(fn, repeat) if transport == "p2p" else timer.wall(fn, repeat)
-        st = _stat(times, remote * row_bytes)
+        st = _stat(times, remote * row_bytes, "remote rows")
         st["output_gbps"] = n * row_bytes / st["ms"] / 1e6
         st["rows_per_s"] = n / st["ms"] * 1e3
         st["how"] = ("CUDA events, no host sync" if transport == "p2p"
                      else "host clock, call + stream sync (one host sync inside)")
-        res["impl"][transport] = st
+        res["impl"][name] = st
     copy = _peer_copy(cp, comm, table, [int(c) * row_bytes for c in mine])
     if copy is not None:
-        res["impl"]["cudaMemcpyPeerAsync"] = _stat(timer.events(copy, repeat), remote * row_bytes)
+        res["impl"]["cudaMemcpyPeerAsync"] = _stat(timer.events(copy, repeat), remote * row_bytes,
+                                                    "remote rows, contiguous, from each peer")
     if "nccl" in transports:
         sr = _sendrecv(cp, comm, [int(c) * row_bytes for c in asked],
                        [int(c) * row_bytes for c in mine])
-        res["impl"]["nccl_sendrecv"] = _stat(timer.wall(sr, repeat), remote * row_bytes)
+        res["impl"]["nccl_sendrecv"] = _stat(timer.wall(sr, repeat), remote * row_bytes,
+                                             "remote rows, one group both ways")
     local = table.local_rows
     if local.shape[0]:
         lidx = cp.asarray(numpy.random.default_rng(7 + r).integers(0, local.shape[0], size=n))
         res["impl"]["single_gpu_cugather"] = _stat(
             timer.events(lambda: cugather.gather(local, lidx, mode="wrap", out=out), repeat),
-            n * row_bytes)
+            n * row_bytes, "output rows, all local")
     impl = res["impl"]
     if "p2p" in impl and "cudaMemcpyPeerAsync" in impl:
         res["p2p_vs_peer_copy"] = impl["p2p"]["gbps"] / impl["cudaMemcpyPeerAsync"]["gbps"]
@@ -247,15 +255,16 @@ def run_distributed(args) -> int:
 def _table(results) -> str:
     lines = [f"{results['ranks']} ranks, {results['indices_per_rank']} indices of "
              f"{results['row_bytes']} B rows per rank, {results['rows_per_rank']} rows per rank",
-             f"{'rank':>4} {'case':8} {'impl':22} {'ms':>8} {'remote GB/s':>12} "
-             f"{'output GB/s':>12} {'ok':>4}"]
+             f"{'rank':>4} {'case':8} {'impl':22} {'ms':>8} {'GB/s':>8} {'output GB/s':>12} "
+             f"{'ok':>4}  GB/s of"]
     for m in results["per_rank"]:
         for case in ("uniform", "zipf"):
             c = m[case]
             for name, st in c["impl"].items():
                 ok = {True: "yes", False: "NO"}.get(c.get("checked", {}).get(name), "")
                 lines.append(f"{m['rank']:>4} {case:8} {name:22} {st['ms']:8.3f} "
-                             f"{st['gbps']:12.1f} {st.get('output_gbps', 0):12.1f} {ok:>4}")
+                             f"{st['gbps']:8.1f} {st.get('output_gbps', 0):12.1f} {ok:>4}  "
+                             f"{st['bytes_are']}")
             for ratio, target in (("p2p_vs_peer_copy", 0.85), ("nccl_vs_sendrecv_bound", 0.70)):
                 if ratio in c:
                     verdict = "meets" if c[ratio] >= target else "MISSES"

@@ -25,6 +25,7 @@ class CupyBackend:
         self.device = device
         self._work = cupy.cuda.get_current_stream()
         self._comm = comm_stream if comm_stream is not None else self._work
+        self._two = {}  # (first, second) -> PeerGather: a call's rounds share one
 
     def take(self, table, idx, *, mode="wrap", fill_value=0, out=None):
         """``table[idx]`` along axis 0 with a cugather kernel, on the work stream."""
@@ -36,9 +37,12 @@ class CupyBackend:
     def take2(self, first, second, idx, *, mode="wrap", fill_value=0, out=None):
         """Rows of ``[first | second]`` without concatenating them: the sharded kernel."""
         n1, n2 = int(first.shape[0]), int(second.shape[0])
-        op = PeerGather([first.data.ptr if n1 else 0, second.data.ptr if n2 else 0],
-                        [0, n1, n1 + n2], first.shape[1:], first.dtype, self.device,
-                        cache_size=1)
+        key = (first.data.ptr, n1, second.data.ptr, n2)
+        op = self._two.get(key)
+        if op is None:
+            op = self._two[key] = PeerGather(
+                [first.data.ptr if n1 else 0, second.data.ptr if n2 else 0], [0, n1, n1 + n2],
+                first.shape[1:], first.dtype, self.device, cache_size=4)
         return op(idx, mode=mode, fill_value=fill_value, out=out)
 
     def as_bytes(self, arr):

@@ -294,6 +294,8 @@ def _per_rank(value, n: int, name: str) -> list:
     if value is None:
         return [None] * n
     if not isinstance(value, (list, tuple)) or len(value) != n:
+        got = (f"a {type(value).__name__} of {len(value)}" if isinstance(value, (list, tuple))
+               else type(value).__name__)
         raise ValueError(f"with a LocalGroup of {n} GPUs, {name} must be a list of {n} "
-                         f"(one per GPU), got {type(value).__name__}")
+                         f"(one per GPU), got {got}")
     return list(value)
