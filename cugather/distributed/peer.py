@@ -55,20 +55,43 @@ def export_shard(arr) -> tuple:
         return bytes(runtime.ipcGetMemHandle(base)), arr.data.ptr - base
 
 
+# Mappings of other processes' allocations, by (handle, device): CUDA refuses to
+# open one handle twice in a context, and tables may share an allocation.
+_mapped: dict = {}
+_mapped_lock = threading.Lock()
+
+
 def open_shard(handle: bytes, offset: int, device: int) -> tuple:
-    """Map another process's shard on ``device``: (address of the shard, mapping base)."""
+    """Map another process's shard on ``device``: (address of the shard, mapping key).
+
+    Mappings are shared and counted; :func:`close_shard` with the key releases one.
+    """
     from cupy.cuda import runtime
 
-    with _Device(device):
-        base = runtime.ipcOpenMemHandle(handle, runtime.cudaIpcMemLazyEnablePeerAccess)
-    return base + offset, base
+    key = (bytes(handle), int(device))
+    with _mapped_lock:
+        entry = _mapped.get(key)
+        if entry is None:
+            with _Device(device):
+                base = runtime.ipcOpenMemHandle(key[0], runtime.cudaIpcMemLazyEnablePeerAccess)
+            entry = _mapped[key] = [base, 0]
+        entry[1] += 1
+        return entry[0] + offset, key
 
 
-def close_shard(base: int, device: int) -> None:
+def close_shard(key) -> None:
+    """Release one use of a mapping made by :func:`open_shard` (unmapped at the last)."""
     from cupy.cuda import runtime
 
-    with _Device(device):
-        runtime.ipcCloseMemHandle(base)
+    with _mapped_lock:
+        entry = _mapped.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _mapped[key]
+            with _Device(key[1]):
+                runtime.ipcCloseMemHandle(entry[0])
 
 
 def enable_peer_access(device: int, peers) -> None:

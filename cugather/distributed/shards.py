@@ -89,7 +89,7 @@ def check_records(records: list) -> None:
 
 
 def map_peers(comm, records: list, local: bool) -> tuple:
-    """(bases as seen from this rank's GPU, opened IPC mappings, why not or "").
+    """(bases as seen from this rank's GPU, keys of opened IPC mappings, why not or "").
 
     Never raises: a failure is a reason, so that every rank still takes part
     in the agreement that follows.
@@ -113,15 +113,15 @@ def map_peers(comm, records: list, local: bool) -> tuple:
             theirs = rt.deviceGetByPCIBusId(rec["bus"])
             if theirs != comm.device and not rt.deviceCanAccessPeer(comm.device, theirs):
                 raise RuntimeError(f"GPU {comm.device} cannot access rank {q}'s GPU {theirs}")
-            address, base = _peer.open_shard(bytes.fromhex(rec["ipc"][0]), rec["ipc"][1],
-                                              comm.device)
-            opened.append(base)
+            address, key = _peer.open_shard(bytes.fromhex(rec["ipc"][0]), rec["ipc"][1],
+                                             comm.device)
+            opened.append(key)
             bases.append(address)
         return bases, opened, ""
     except Exception as e:
-        for base in opened:
+        for key in opened:
             try:
-                _peer.close_shard(base, comm.device)
+                _peer.close_shard(key)
             except Exception:
                 pass
         return [], [], f"rank {comm.rank}: {e}"

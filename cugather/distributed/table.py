@@ -78,8 +78,8 @@ class _Rank:
         self._side = None
 
     def close(self) -> None:
-        for base in self._opened:
-            close_shard(base, self.device)
+        for key in self._opened:
+            close_shard(key)
         self._opened = []
 
     def pick(self, transport: str) -> str:
