@@ -6,17 +6,18 @@ Every rank calls :func:`exchange_gather` once per gather (it is collective):
    first bad index, wrap/clip/take's clip fold every index in range, fill
    marks the out-of-range ones (they get no owner and read nothing);
 2. find each row's owner by a search over the row offsets and sort the
-   positions by (chunk, owner): the permutation and its inverse;
+   positions by (subchunk, owner): the permutation and its inverse;
 3. one small all-gather of every rank's status and request counts, read
    back to the host: the only host synchronisation of the call;
 4. if any rank had a bad index, every rank raises the same IndexError (the
    lowest such rank's first bad index) before a row moves;
 5. one grouped send/recv of row ids (in the owner's own numbering);
-6. per chunk: the owner gathers the rows asked of it, one grouped send/recv
-   moves them as bytes (CuPy's NCCL wrapper has no bf16/int16), and the
-   requester writes them into the caller's order by a gather through the
-   inverse permutation.  Chunks let the exchange of one overlap the
-   gathers of the next on the GPU.
+6. per round (1, 2, 4 or 8 of them, each a run of subchunks): the owner
+   gathers the rows asked of it, one grouped send/recv moves them as bytes
+   (CuPy's NCCL wrapper has no bf16/int16), and the requester writes the
+   round's positions into the caller's order with one gather over [received
+   rows | its own shard] -- its own rows never travel nor get staged.  The
+   exchange of one round overlaps the gathers of the next on the GPU.
 
 A pair with nothing to send is skipped on both sides: both read the count
 from the same all-gathered matrix.  ``backend`` supplies the array module

@@ -73,9 +73,11 @@ def test_every_dtype_row_size_shard_layout_and_mode_both_transports(tmp_path):
 
 
 def test_nccl_network_path_without_p2p_or_shared_memory(tmp_path):
-    """NCCL's socket transport, the one used between hosts."""
+    """NCCL's socket transport, the one used between hosts (over loopback unless
+    NCCL_SOCKET_IFNAME says otherwise)."""
     _launch("matrix", tmp_path, transports="nccl",
-            env=_env(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1"))
+            env=_env(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1",
+                     NCCL_SOCKET_IFNAME=os.environ.get("NCCL_SOCKET_IFNAME", "lo")))
 
 
 def test_raise_on_one_rank_and_on_every_rank(tmp_path):
