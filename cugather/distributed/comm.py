@@ -38,17 +38,20 @@ def _nccl():
 
 
 def wait_event(event, timeout: float, what: str, on_timeout=None, cancelled=None) -> None:
-    """Wait for a CUDA event, polling; after ``timeout`` s (or once ``cancelled()``
-    is true) call ``on_timeout`` and raise TimeoutError."""
+    """Wait for a CUDA event, polling; after ``timeout`` s call ``on_timeout`` and
+    raise TimeoutError.  Once ``cancelled()`` is true the wait gets one more
+    second (a collective the others already finished completes in that time)."""
     deadline = time.monotonic() + timeout
-    pause = 0.0
+    pause, cut = 0.0, False
     while not event.done:
-        late = time.monotonic() > deadline
-        if late or (cancelled is not None and cancelled()):
+        now = time.monotonic()
+        if not cut and cancelled is not None and cancelled():
+            deadline, cut = min(deadline, now + 1.0), True
+        if now > deadline:
             if on_timeout is not None:
                 on_timeout()
-            why = (f"did not finish within {timeout:g} s (a rank stopped calling, or died)"
-                   if late else "was cancelled: another rank of this process failed")
+            why = ("was cancelled: another rank of this process failed" if cut else
+                   f"did not finish within {timeout:g} s (a rank stopped calling, or died)")
             raise TimeoutError(f"{what} {why}; the NCCL communicator was aborted")
         time.sleep(pause)
         pause = min(2 * pause + 1e-5, 1e-3)
@@ -249,9 +252,10 @@ class LocalGroup:
             with cp.cuda.Device(self.devices[i]):
                 try:
                     return fn(self.comms[i], *(a[i] for a in per_rank))
-                except BaseException:
-                    self._failed.set()  # the others stop waiting for this rank
-                    self._threads.abort()
+                except BaseException as e:
+                    if not getattr(e, "agreed", False):  # every rank raises those alike
+                        self._failed.set()  # the others stop waiting for this rank
+                        self._threads.abort()
                     raise
 
         futures = [self._pool.submit(one, i) for i in range(self.size)]

@@ -61,9 +61,15 @@ class Collectives(Protocol):
 class ShardedIndexError(IndexError):
     """An out-of-range index of some rank's gather, raised on every rank alike."""
 
+    agreed = True  # every rank raises it after the same all-gather: nobody waits
+
     def __init__(self, message: str, rank: int, position: int, value: int, size: int):
         super().__init__(message)
         self.rank, self.position, self.value, self.size = rank, position, value, size
+
+
+class _AgreedValueError(ValueError):
+    agreed = True
 
 
 class NumpyBackend:
@@ -152,11 +158,11 @@ def _agree(matrix: numpy.ndarray, total: int, row_bytes: int, mode: str, rounds:
     or return the number of rounds every rank will run."""
     asked = matrix[:, 4]
     if (asked != rounds).any():
-        raise ValueError(f"every rank must gather with the same rounds; ranks asked for "
+        raise _AgreedValueError(f"every rank must gather with the same rounds; ranks asked for "
                          f"{asked.tolist()}")
     for q, row in enumerate(matrix):
         if row[0] == _FAILED:
-            raise ValueError(f"rank {q} could not start this gather (its arguments were "
+            raise _AgreedValueError(f"rank {q} could not start this gather (its arguments were "
                              f"rejected there; see that rank's error)")
     for q, row in enumerate(matrix):
         kind, pos, value, n = (int(v) for v in row[:4])
