@@ -43,6 +43,12 @@ def add_arguments(p) -> None:
                    help="time N random gather geometries (sweep.json, sweep.png) instead of "
                         "the fixed cases; add --case or --quick to run those too")
     p.add_argument("--seed", type=int, default=0, help="seed of the sweep's shapes (default 0)")
+    p.add_argument("--distributed", action="store_true",
+                   help="the sharded gather over every GPU of a job (run under "
+                        "python -m cugather.distributed.run); see cugather.bench.distributed")
+    from .distributed import add_arguments as _distributed_arguments
+
+    _distributed_arguments(p)
 
 
 def _positive(text: str) -> int:
@@ -95,6 +101,10 @@ def run(args) -> int:
     if reason is not None:
         print(f"cugather bench needs a CUDA GPU: {reason}", file=sys.stderr)
         return 2
+    if args.distributed:
+        from .distributed import run_distributed
+
+        return run_distributed(args)
     import cupy as cp
 
     peers = _load_peers(not args.no_peers)

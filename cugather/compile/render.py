@@ -90,6 +90,8 @@ def _template_args(key: KernelKey) -> list[str]:
     index_type = INDEX_TYPES[key.index_dtype]
     if not key.spec.moves_data:
         return [index_type]
+    if not key.spec.takes_math:
+        return [UNIT_TYPES[key.unit], index_type, MODE_CONSTANTS[key.mode]]
     return [UNIT_TYPES[key.unit], index_type, MATH_TYPES[key.math], MODE_CONSTANTS[key.mode]]
 
 

@@ -48,6 +48,7 @@ class KindSpec:
     modes: tuple = KERNEL_MODES
     units: tuple = UNITS
     min_blocks: Union[int, Callable[["KernelKey"], int]] = 1
+    takes_math: bool = True  # the device function's template takes the index math
 
     @property
     def moves_data(self) -> bool:
@@ -87,6 +88,10 @@ KIND_SPECS = {
                    min_blocks=_elements_nd_blocks),
     "check_nd": KindSpec("nd.cuh", "check_nd", "NDCheckArgs", maths=("fast64",),
                          modes=("raise",), units=(0,)),
+    # cugather.distributed: rows of a table sharded over several allocations
+    # (peer memory); it divides nothing, so one index math.
+    "sharded": KindSpec("sharded.cuh", "gather_sharded", "ShardedArgs", maths=("fast64",),
+                        min_blocks=4, takes_math=False),
 }
 KINDS = tuple(KIND_SPECS)
 CHECK_KINDS = tuple(k for k, s in KIND_SPECS.items() if not s.moves_data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy
 
-from .tuning import MAX_DIMS
+from .tuning import MAX_DIMS, MAX_RANKS
 
 __all__ = ["ARGS_DTYPES", "DIVISOR", "layout_of", "new_args", "POINTER_FIELDS"]
 
@@ -79,10 +79,21 @@ ND_CHECK_ARGS = numpy.dtype([
     ("bounds", "<i8", (MAX_DIMS,)),
 ], align=True)
 
+# kernels/sharded.cuh
+SHARDED_ARGS = numpy.dtype([
+    ("indices", "<u8"), ("out", "<u8"),
+    ("n", "<u8"), ("units", "<u8"), ("total", "<i8"),
+    ("n_shards", "<u4"), ("row_unroll", "<u4"),
+    _FILL,
+    ("offsets", "<i8", (MAX_RANKS + 1,)),
+    ("bases", "<u8", (MAX_RANKS,)),
+], align=True)
+
 #: C struct name -> dtype.
 ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
                "WindowArgs": WINDOW_ARGS, "CheckArgs": CHECK_ARGS,
-               "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS}
+               "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
+               "ShardedArgs": SHARDED_ARGS}
 
 #: Pointer fields, in the order the launcher writes them for each call.
 POINTER_FIELDS = {
@@ -93,6 +104,7 @@ POINTER_FIELDS = {
     "ElementsArgs": ("data", "indices", "out"),
     "NDArgs": ("data", "indices", "out"),
     "NDCheckArgs": ("indices", "first_bad"),
+    "ShardedArgs": ("indices", "out"),  # shard bases are fields of the plan
 }
 
 

@@ -46,6 +46,11 @@ ROWS_BLOCKS_U16 = 6
 ROWS_BLOCKS_U8 = 5
 ROWS_BLOCKS_NARROW = 8
 CHUNKS_BLOCKS = 8
+# sharded (cugather.distributed): most shards one argument block describes
+# (the block stays near 1 KB of the 4 KB of kernel parameters), rows per
+# thread at most.
+MAX_RANKS = 64
+SHARDED_RU = 4
 # Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
 CHECK_GRID_MAX = 4096
 
@@ -72,6 +77,8 @@ KERNEL_DEFINES = {
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ND_SHORT_RU": ND_SHORT_RU,
     "CG_ND_LONG_CU": ND_LONG_CU,
+    "CG_MAX_RANKS": MAX_RANKS,
+    "CG_SHARDED_RU": SHARDED_RU,
     "CG_STREAM_STORES": STREAM_STORES,
     "CG_STREAM_INDICES": STREAM_INDICES,
     "CG_ND_SLICE_NO_L1": ND_SLICE_NO_L1,

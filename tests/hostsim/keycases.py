@@ -157,3 +157,31 @@ def _check(key: KernelKey) -> list:
         Case((50, 3), "float32", 0, (3, 300), key.index_dtype, "raise", seed=_seed(key, "bad"),
              bad_at=(777, 301, 640), force=(("max_grid", 1),)),
     ]
+
+
+@register("sharded")
+def _sharded(key: KernelKey) -> list:
+    # Rows of three units over uneven shards (one empty): several blocks with
+    # a partial last one, a one-block grid whose loops iterate, long rows
+    # split over blockIdx.y chunks, and many packed shards (the unrolled
+    # owner scan); in raise mode in-range indices plus one case with bad ones.
+    from .sharded import ShardedCase
+
+    dtype = UNIT_DTYPES[key.unit][_seed(key, "dtype") % len(UNIT_DTYPES[key.unit])]
+    common = dict(dtype=dtype, index_dtype=key.index_dtype, mode=key.mode,
+                  fill_value=fill_for(dtype) if key.mode == "fill" else 0,
+                  out_of_range=key.mode != "raise",
+                  expect_key=key.entry)
+    cases = [
+        ShardedCase((9, 0, 14), (3,), index_shape=(700,), seed=_seed(key, "blocks"), **common),
+        ShardedCase((4, 7, 0, 12), (3,), index_shape=(30, 30), max_grid=1,
+                    seed=_seed(key, "stride"), **common),
+        ShardedCase((3, 5), (301,), index_shape=(9,), seed=_seed(key, "long"), **common),
+        ShardedCase(tuple(i % 3 for i in range(40)), (3,), index_shape=(200,), packed=True,
+                    seed=_seed(key, "many"), **common),
+    ]
+    if key.mode == "raise":
+        cases.append(ShardedCase((6, 0, 5), (3,), index_shape=(3, 300), max_grid=1,
+                                 bad_at=(777, 301, 640), seed=_seed(key, "bad"),
+                                 **dict(common, out_of_range=False)))
+    return cases

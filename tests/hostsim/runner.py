@@ -35,7 +35,8 @@ from cugather.runtime.launch import NO_BAD, run_plan
 
 from . import build
 
-__all__ = ["HostLaunchError", "HostBackend", "HOST", "launch", "launch_entry", "host_gather",
+__all__ = ["HostLaunchError", "HostBackend", "HOST", "HOST_DEVICE", "run_on_host", "launch",
+           "launch_entry", "host_gather",
            "host_take", "host_elements", "host_nd", "executed_keys", "device_empty",
            "device_copy", "extent", "last_launches"]
 
@@ -305,24 +306,30 @@ def _check_canaries(whole, offset: int = 0) -> None:
                                   f"byte {first})")
 
 
-def _call(fn, data, indices, out=None):
-    """Run ``fn()`` (a library call on host arrays) with the accesses allowed,
-    then check the canaries and that the inputs are unchanged; returns a copy
-    of the result."""
+def run_on_host(fn, inputs, out=None, extra_inputs=()):
+    """Run ``fn()`` (a library call on host arrays) letting kernels read
+    ``inputs`` (arrays) and ``extra_inputs`` (byte ranges) and write ``out``
+    and what the backend allocates; then check the canaries and that the
+    inputs are unchanged.  Returns a copy of the result."""
     _state.launches = []
     _state.guards = []
-    _state.access = {"inputs": [extent(data), extent(indices)], "outputs": [], "flags": []}
+    _state.access = {"inputs": [extent(a) for a in inputs if a.size] + list(extra_inputs),
+                     "outputs": [], "flags": []}
     guards = [(w, off) for o, w, off in _pending_guards if o is out]
     _pending_guards[:] = [g for g in _pending_guards if g[0] is not out]
     if out is not None:
         _state.access["outputs"].append(extent(out))
-    before = (data.tobytes(), indices.tobytes())
+    before = [a.tobytes() for a in inputs]
     result = fn()
     for whole, offset in guards + [(w, 0) for w in _state.guards]:
         _check_canaries(whole, offset)
-    if (data.tobytes(), indices.tobytes()) != before:
+    if [a.tobytes() for a in inputs] != before:
         raise HostLaunchError("a kernel modified its inputs")
     return result.copy()
+
+
+def _call(fn, data, indices, out=None):
+    return run_on_host(fn, [data, indices], out)
 
 
 def host_indices(indices, allow_bool: bool = False) -> numpy.ndarray:

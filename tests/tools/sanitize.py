@@ -96,6 +96,9 @@ CANDIDATES = {
                  Geometry((300, 7), 1, (300, 3), max_grid=1), Geometry((13, 30), 0, (20, 30), "transposed")],
     "nd": [Geometry((5, 6, 3), 0, (7, 2)), Geometry((4, 5, 7), 1, (4, 6, 1), "reversed"),
            Geometry((2, 3, 301), 0, (5, 2)), Geometry((50, 6, 3), 0, (40, 2), max_grid=1)],
+    # rows split over three shards, the middle one empty (ShardedRunner)
+    "sharded": [Geometry((23, 3), 0, (700,)), Geometry((23, 3), 0, (30, 30), max_grid=1),
+                Geometry((9, 301), 0, (5,)), Geometry((9, 301), 0, (7,), max_grid=1)],
 }
 
 
@@ -252,8 +255,45 @@ def _run(runner, out):
 GatherRunner.run = ElementsNDRunner.run = _run
 
 
+class ShardedRunner(Runner):
+    """The sharded kernel (cugather.distributed) over shards that are separate
+    allocations of one GPU: memcheck sees each shard's exact bounds."""
+
+    def __init__(self, key, geo, data, indices, fill):
+        super().__init__(key, geo, data, indices, fill)
+        n = data.shape[0]
+        cuts = [0, n // 3, n // 3, n]
+        on_gpu = type(data).__module__.startswith("cupy")
+        self.shards = [data[a:b].copy() if on_gpu else aligned_copy(np.asarray(data[a:b]))
+                       for a, b in zip(cuts, cuts[1:])]
+        self.offsets = cuts
+
+    def _options(self) -> dict:
+        return {"max_grid": self.geo.max_grid} if self.geo.max_grid else {}
+
+    def plan(self):
+        from cugather.distributed.plan import plan_sharded
+        from cugather.validate import alignment
+
+        aligns = [alignment(_ptr(s)) for s in self.shards if s.size]
+        return plan_sharded(self.data.shape[1:], self.data.itemsize, self.offsets,
+                            self.indices.shape, self.indices.dtype.name, self.key.mode,
+                            base_aligns=aligns, **self._options())
+
+    def run(self, out):
+        from cugather.distributed.peer import PeerGather
+
+        plan = self.plan()
+        if plan.key != self.key:
+            raise AssertionError(f"the call planned {plan.key}, not {self.key}")
+        op = PeerGather([_ptr(s) if s.size else 0 for s in self.shards], self.offsets,
+                        self.data.shape[1:], self.data.dtype, self.data.data.device_id,
+                        plan_options=self._options())
+        return op(self.indices, mode=self.key.mode, fill_value=self.fill, out=out)
+
+
 RUNNERS = {**{k: GatherRunner for k in GATHER_KINDS}, "elements": ElementsNDRunner,
-           "nd": ElementsNDRunner}
+           "nd": ElementsNDRunner, "sharded": ShardedRunner}
 
 
 # ---------------------------------------------------------------- the workload

@@ -1,0 +1,105 @@
+"""Plans of the sharded gather kernel (kernels/sharded.cuh).  Pure Python, no GPU.
+
+A sharded gather reads global rows of a table whose shards live in several
+allocations (other GPUs' memory through peer access, or segments of local
+buffers).  Its plan depends on the row geometry, the shard layout (row
+offsets, base alignments), the number and dtype of the indices and the
+mode; the shard base addresses are fields of the argument block too, filled
+in by the caller once per table (they never change between calls).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..plan import tuning
+from ..plan.core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Plan, cdiv,
+                         check_launch, no_empty_axis, unit_for)
+from ..plan.keys import KernelKey
+from ..plan.tuning import MAX_RANKS
+
+__all__ = ["plan_sharded", "row_offsets", "MAX_RANKS"]
+
+
+def row_offsets(counts) -> list:
+    """First global row of each shard, plus the total: ``[0, c0, c0 + c1, ...]``.
+
+    Raises ValueError for a negative count.
+    """
+    offsets = [0]
+    for rank, c in enumerate(counts):
+        c = int(c)
+        if c < 0:
+            raise ValueError(f"shard {rank} has a negative row count {c}")
+        offsets.append(offsets[-1] + c)
+    return offsets
+
+
+def plan_sharded(row_shape: tuple, itemsize: int, offsets, indices_shape: tuple,
+                 index_dtype: str, mode: str, *, bases=(), base_aligns=(), out_align: int = 256,
+                 limits: DeviceLimits = DeviceLimits(), max_grid: Optional[int] = None,
+                 row_unroll: Optional[int] = None) -> Plan:
+    """Plan ``out = table[indices]`` over shards with the given row ``offsets``.
+
+    Parameters
+    ----------
+    row_shape, itemsize : tuple, int
+        Shape of one row (``table.shape[1:]``) and the element size in bytes.
+    offsets : sequence of int
+        ``row_offsets(rows per shard)``: ``n_shards + 1`` non-decreasing values.
+    indices_shape, index_dtype : tuple, {"int32", "int64"}
+    mode : {"raise", "wrap", "clip", "clip_numpy", "fill"}
+        Kernel mode; raise mode adds the bounds check (``axis_len = total``).
+    bases : sequence of int
+        Address of each shard's row 0 on the launching device (0 for an empty
+        shard): argument-block fields like the others, fixed per table.
+    base_aligns : sequence of int
+        Largest power of two (at most 256) dividing each non-empty shard's base
+        address; the unit divides all of them, the row bytes and ``out_align``.
+    max_grid, row_unroll : int, optional
+        Force a smaller grid or fewer rows per thread (tests).
+    """
+    offsets = [int(o) for o in offsets]
+    n_shards = len(offsets) - 1
+    if not 1 <= n_shards <= MAX_RANKS:
+        raise ValueError(f"a sharded gather takes 1 to {MAX_RANKS} shards, got {n_shards}")
+    if offsets[0] != 0 or any(b < a for a, b in zip(offsets, offsets[1:])):
+        raise ValueError(f"offsets must start at 0 and never decrease, got {offsets[:8]}...")
+    total = offsets[-1]
+    n_idx = math.prod(indices_shape)
+    out_shape = tuple(indices_shape) + tuple(row_shape)
+    row_bytes = math.prod(row_shape) * itemsize
+    no_empty_axis(mode, (total,), (0,), n_idx, n_idx * row_bytes)
+    check = check_launch(index_dtype, n_idx, (total,)) if mode == "raise" and n_idx else None
+    base = dict(op="sharded", out_shape=out_shape, n_indices=n_idx, bound_axes=(0,),
+                bounds=(total,), check=check)
+    if n_idx == 0 or row_bytes == 0:
+        return Plan(**base)
+    unit = unit_for(row_bytes, out_align, *base_aligns)
+    units = row_bytes // unit
+    cu = 16 // unit if unit >= 8 else 1
+    tx = min(cdiv(units, cu), tuning.MAX_THREADS)
+    ty = max(1, tuning.MAX_THREADS // tx)
+    chunks = cdiv(units, tx * cu)
+    ru = row_unroll or _row_unroll(n_idx, ty, chunks, limits)
+    grid = (min(cdiv(n_idx, ty * ru), max_grid or GRID_X_MAX),
+            min(chunks, max_grid or GRID_YZ_MAX), 1)
+    bases = [int(b) for b in bases]
+    fields = dict(n=n_idx, units=units, total=total, n_shards=n_shards, row_unroll=ru,
+                  offsets=offsets + [total] * (MAX_RANKS + 1 - len(offsets)),
+                  bases=bases + [0] * (MAX_RANKS - len(bases)))
+    main = Launch(KernelKey("sharded", unit, index_dtype, "fast64", mode), fields, grid,
+                  (tx, ty, 1))
+    return Plan(main=main, reason=f"{units} units of {unit} B per row over {n_shards} shards; "
+                                  f"block {tx}x{ty}, {ru} row(s) x {cu} unit(s) per thread, "
+                                  f"{chunks} chunk(s) per row", **base)
+
+
+def _row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits) -> int:
+    """As the rows kernel: the most rows per thread unless that leaves under ~2
+    waves of blocks."""
+    for ru in (tuning.SHARDED_RU, 2):
+        if cdiv(rows, rows_per_block_row * ru) * chunks >= 2 * 4 * limits.sm_count:
+            return ru
+    return 1

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU validation of cugather.distributed in one go, on a machine with 2+ GPUs:
+# environment, kernel cache warm-up, the distributed GPU tests (2 processes
+# through the launcher, both transports; NCCL once more without P2P and
+# shared memory -- its network path; raise on every rank; CUDA graph; a
+# missing rank; 4 ranks on 2 GPUs; one process driving every GPU; torchrun)
+# side by side with compute-sanitizer memcheck over the peer kernel (one
+# process driving every GPU, and every sharded kernel variant on one GPU),
+# then the benchmark under the launcher.  Installs nothing; from a checkout
+# installed with pip install --no-build-isolation --no-deps -e .:
+#
+#     NCCL_NVLS_ENABLE=0 bash tests/tools/distributed_suite.sh LOGDIR
+#
+# Writes one log per step into LOGDIR, LOGDIR/summary.txt and
+# LOGDIR/bench/distributed.json; exits nonzero if any step failed.  Each
+# step has a time limit (about 5 minutes in all when nothing hangs).
+set -u
+LOG=${1:?usage: tests/tools/distributed_suite.sh LOGDIR}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PY=${PYTHON:-python}
+mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+cd "$ROOT"
+# NVLink multicast stays off on shared machines (KINDS.md), in every child too.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+SUMMARY="$LOG/summary.txt"
+: > "$SUMMARY"
+failed=0
+suite_start=$(date +%s)
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# step NAME SECONDS CMD...: run CMD with a time limit, log to LOGDIR/NAME.log
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local start=$(date +%s)
+    timeout --kill-after=15 "$limit" "$@" > "$LOG/$name.log" 2>&1
+    local rc=$?
+    local took=$(( $(date +%s) - start ))
+    [ $rc -eq 124 ] && echo "TIMED OUT after ${limit} s" >> "$LOG/$name.log"
+    note "$(printf '%-12s exit %-3s %4ss  %s' "$name" "$rc" "$took" "$LOG/$name.log")"
+    [ $rc -eq 0 ]
+}
+
+note "cugather distributed suite in $ROOT, logs in $LOG (NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE)"
+{
+    nvidia-smi || true
+    nvidia-smi topo -m || true
+    "$PY" - <<'PYEOF'
+import sys, numpy, cupy, cugather
+from cupy.cuda import nccl, runtime
+print("python", sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__,
+      "cugather", cugather.__version__)
+print("NCCL", nccl.get_version() if nccl.available else "not available")
+n = runtime.getDeviceCount()
+print("GPUs:", n)
+for a in range(n):
+    print("peer access from", a, [bool(runtime.deviceCanAccessPeer(a, b)) if a != b else "-"
+                                  for b in range(n)])
+try:
+    import torch
+    print("torch", torch.__version__)
+except Exception as e:
+    print("torch unavailable:", e)
+PYEOF
+    command -v compute-sanitizer && compute-sanitizer --version
+} > "$LOG/env.log" 2>&1
+NGPU=$("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
+
+step warm 120 "$PY" tests/tools/warm_cache.py || failed=1
+
+# The GPU tests and the sanitizer side by side (correctness only: no timing here).
+(
+    step gputests 330 "$PY" -m pytest -p no:cacheprovider -q -rs --tb=short -m gpu \
+        tests/gpu/test_distributed_gpu.py --junitxml="$LOG/gputests.xml"
+) &
+tests_pid=$!
+(
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    step sanitize-peer 240 "$SAN" --tool memcheck --error-exitcode 1 \
+        "$PY" tests/gpu/distributed_worker.py local "$LOG/sanitize-peer" --small --transports p2p
+    rc1=$?
+    step sanitize-kinds 240 "$PY" tests/tools/sanitize.py --drive --tools memcheck \
+        --kinds sharded --log-dir "$LOG/sanitize-sharded" --timeout 220
+    rc2=$?
+    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+) &
+sanitize_pid=$!
+wait $tests_pid || failed=1
+wait $sanitize_pid || failed=1
+
+step bench 300 "$PY" -m cugather.distributed.run --nproc-per-node "$NGPU" --timeout 280 \
+    -m cugather bench --distributed --out "$LOG/bench" || failed=1
+
+note ""
+note "---- counts"
+grep -h -E "^(=+ )?[0-9]+ (passed|failed)|(passed|failed|skipped|error).* in [0-9.]+s" \
+    "$LOG/gputests.log" | tail -1 | sed "s|^|gputests: |" | tee -a "$SUMMARY"
+grep -h -E "^(FAILED|SKIPPED|ERROR)" "$LOG/gputests.log" | tee -a "$SUMMARY"
+grep -h -E "ERROR SUMMARY" "$LOG/sanitize-peer.log" | sed "s|^|sanitize-peer: |" | tee -a "$SUMMARY"
+grep -h -E "SANITIZER RESULT|errors, exit" "$LOG/sanitize-kinds.log" | sed "s|^|sanitize-kinds: |" \
+    | tee -a "$SUMMARY"
+sed -n '/ranks, /,/results:/p' "$LOG/bench.log" | tee -a "$SUMMARY"
+note "total $(( $(date +%s) - suite_start )) s"
+if [ $failed -eq 0 ]; then note "SUITE RESULT: OK"; else note "SUITE RESULT: FAILED"; fi
+exit $failed
