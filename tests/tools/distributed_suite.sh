@@ -13,7 +13,7 @@
 #
 # Writes one log per step into LOGDIR, LOGDIR/summary.txt and
 # LOGDIR/bench/distributed.json; exits nonzero if any step failed.  Each
-# step has a time limit (about 5 minutes in all when nothing hangs).
+# step has a time limit (9 minutes at most; about 5 when nothing hangs).
 set -u
 LOG=${1:?usage: tests/tools/distributed_suite.sh LOGDIR}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -69,21 +69,21 @@ PYEOF
 } > "$LOG/env.log" 2>&1
 NGPU=$("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceCount())" 2>/dev/null || echo 0)
 
-step warm 120 "$PY" tests/tools/warm_cache.py || failed=1
+step warm 100 "$PY" tests/tools/warm_cache.py || failed=1
 
 # The GPU tests and the sanitizer side by side (correctness only: no timing here).
 (
-    step gputests 330 "$PY" -m pytest -p no:cacheprovider -q -rs --tb=short -m gpu \
+    step gputests 280 "$PY" -m pytest -p no:cacheprovider -q -rs --tb=short -m gpu \
         tests/gpu/test_distributed_gpu.py --junitxml="$LOG/gputests.xml"
 ) &
 tests_pid=$!
 (
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    step sanitize-peer 240 "$SAN" --tool memcheck --error-exitcode 1 \
+    step sanitize-peer 130 "$SAN" --tool memcheck --error-exitcode 1 \
         "$PY" tests/gpu/distributed_worker.py local "$LOG/sanitize-peer" --small --transports p2p
     rc1=$?
-    step sanitize-kinds 240 "$PY" tests/tools/sanitize.py --drive --tools memcheck \
-        --kinds sharded --log-dir "$LOG/sanitize-sharded" --timeout 220
+    step sanitize-kinds 130 "$PY" tests/tools/sanitize.py --drive --tools memcheck \
+        --kinds sharded --log-dir "$LOG/sanitize-sharded" --timeout 120
     rc2=$?
     [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
 ) &
@@ -91,7 +91,7 @@ sanitize_pid=$!
 wait $tests_pid || failed=1
 wait $sanitize_pid || failed=1
 
-step bench 300 "$PY" -m cugather.distributed.run --nproc-per-node "$NGPU" --timeout 280 \
+step bench 170 "$PY" -m cugather.distributed.run --nproc-per-node "$NGPU" --timeout 160 \
     -m cugather bench --distributed --out "$LOG/bench" || failed=1
 
 note ""
