@@ -152,13 +152,24 @@ class Communicator:
         self.host.close()
 
 
-def _unique_id(host, rank: int) -> tuple:
+def _unique_id(host, rank: int) -> bytes:
     nccl = _nccl()
     raw = bytes(b & 0xFF for b in nccl.get_unique_id()) if rank == 0 else b""
     raw = host.allgather(raw)[0]
     if len(raw) != 128:
         raise ValueError(f"rank 0 published an NCCL unique id of {len(raw)} bytes, not 128")
-    return tuple(b - 256 if b > 127 else b for b in raw)  # the C chars CuPy expects
+    return raw
+
+
+def _communicator(n_ranks: int, uid: bytes, rank: int):
+    """NcclCommunicator from the id's bytes: CuPy 14 takes bytes, earlier
+    versions a tuple of the C chars."""
+    nccl = _nccl()
+    try:
+        return nccl.NcclCommunicator(n_ranks, uid, rank)
+    except TypeError:
+        return nccl.NcclCommunicator(n_ranks, tuple(b - 256 if b > 127 else b for b in uid),
+                                     rank)
 
 
 def init(*, device: Optional[int] = None, timeout: Optional[float] = None, nccl: bool = True,
@@ -206,7 +217,7 @@ def init(*, device: Optional[int] = None, timeout: Optional[float] = None, nccl:
         comm = None
         if nccl:
             uid = _unique_id(host, env.rank)
-            comm = _nccl().NcclCommunicator(env.world_size, uid, env.rank)
+            comm = _communicator(env.world_size, uid, env.rank)
         return Communicator(env.rank, env.world_size, device, host, comm, timeout)
     except BaseException:
         host.close()

@@ -94,21 +94,29 @@ def close_shard(key) -> None:
                 runtime.ipcCloseMemHandle(entry[0])
 
 
+_peer_enabled: set = set()  # (device, peer) pairs this process enabled
+
+
 def enable_peer_access(device: int, peers) -> None:
-    """Let kernels on ``device`` read the memory of every GPU in ``peers``."""
+    """Let kernels on ``device`` read the memory of every GPU in ``peers``.
+
+    Each pair is enabled once per process: CUDA reports a second enable as an
+    error (which compute-sanitizer counts even when it is caught).
+    """
     from cupy.cuda import runtime
 
     with CUDA.activate(device):
         for p in peers:
-            if p == device:
+            if p == device or (device, p) in _peer_enabled:
                 continue
             if not runtime.deviceCanAccessPeer(device, p):
                 raise RuntimeError(f"GPU {device} cannot access GPU {p}'s memory (no peer access)")
             try:
                 runtime.deviceEnablePeerAccess(p)
-            except runtime.CUDARuntimeError as e:
+            except runtime.CUDARuntimeError as e:  # enabled by another library
                 if "AlreadyEnabled" not in str(e):
                     raise
+            _peer_enabled.add((device, p))
 
 
 class PeerGather:
