@@ -363,8 +363,8 @@ def size(draw, budget: int, allow_long: bool = True) -> int:
     pick = _below(draw, 40)
     if pick == 0:
         return 0
-    if allow_long and pick <= 3:
-        return _between(draw, 0, max(0, min(budget, 700)))
+    if allow_long and pick <= 3:  # long enough for the chunks kernel's 4 KB rows
+        return _between(draw, 0, max(0, min(budget, 1500)))
     return min(_choice(draw, _WEIGHTED_DIMS), budget)
 
 

@@ -16,6 +16,7 @@ TimeoutError, so a dead peer cannot hang the job.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,6 +100,18 @@ class Communicator:
         except Exception:  # already torn down
             pass
 
+    @contextlib.contextmanager
+    def _nccl_errors(self, what: str):
+        """NCCL's errors from ``what`` as ConnectionError naming the rank; the
+        communicator is aborted (a peer that exited leaves nothing to wait for)."""
+        try:
+            yield
+        except _nccl().NcclError as e:
+            self._abort(f"{what} failed")
+            raise ConnectionError(f"rank {self.rank}: {what} failed: {e} (a peer exited or "
+                                  f"the network failed); the NCCL communicator was "
+                                  f"aborted") from None
+
     def allgather_int64(self, row) -> numpy.ndarray:
         """Every rank's 1-D int64 ``row`` (a CuPy array) as a host ``(size, len)`` array.
 
@@ -112,7 +125,8 @@ class Communicator:
         row = cp.ascontiguousarray(row, dtype=cp.int64)
         got = cp.empty(self.size * k, cp.int64)
         stream = cp.cuda.get_current_stream()
-        comm.allGather(row.data.ptr, got.data.ptr, k, nccl.NCCL_INT64, stream.ptr)
+        with self._nccl_errors("the all-gather of request counts"):
+            comm.allGather(row.data.ptr, got.data.ptr, k, nccl.NCCL_INT64, stream.ptr)
         nbytes = got.nbytes
         if self._pinned is None or self._pinned.size() < nbytes:
             self._pinned = cp.cuda.alloc_pinned_memory(max(nbytes, 4096))
@@ -131,14 +145,15 @@ class Communicator:
         nccl = _nccl()
         comm = self._comm()
         ptr = (stream or cp.cuda.get_current_stream()).ptr
-        nccl.groupStart()
-        try:
-            for peer, buf in sends:
-                comm.send(buf.data.ptr, buf.size, nccl.NCCL_UINT8, peer, ptr)
-            for peer, buf in recvs:
-                comm.recv(buf.data.ptr, buf.size, nccl.NCCL_UINT8, peer, ptr)
-        finally:
-            nccl.groupEnd()
+        with self._nccl_errors("a send/recv group"):
+            nccl.groupStart()
+            try:
+                for peer, buf in sends:
+                    comm.send(buf.data.ptr, buf.size, nccl.NCCL_UINT8, peer, ptr)
+                for peer, buf in recvs:
+                    comm.recv(buf.data.ptr, buf.size, nccl.NCCL_UINT8, peer, ptr)
+            finally:
+                nccl.groupEnd()
 
     def barrier(self) -> None:
         """Wait (at most ``timeout`` s) until every rank arrives."""

@@ -37,8 +37,8 @@ from ..plan.core import unit_for
 
 __all__ = [
     "CacheInfo", "Cleared", "KernelInfo", "DiskEntry", "SassUnavailableError",
-    "CacheWarning", "CompileError", "cache_info", "kernels", "compile", "compile_key",
-    "cache_clear", "disk_kernels", "find_disassembler", "supported_archs",
+    "CacheWarning", "CompileError", "FUNCTION_ATTRIBUTES", "cache_info", "kernels", "compile",
+    "compile_key", "cache_clear", "disk_kernels", "find_disassembler", "supported_archs",
 ]
 
 CacheInfo = namedtuple(
