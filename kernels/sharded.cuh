@@ -57,59 +57,20 @@ __device__ __forceinline__ const U* shard_row(const ShardedArgs& a, i64 i)
     return (const U*)base + (u64)(i - first) * a.units;
 }
 
-// A (TX, TY) block: each thread moves CU units of up to RU rows (RU * CU
-// loads in flight, which hides the latency of remote reads); TX threads
-// cover CU * TX units of a row and rows longer than that loop over
-// blockIdx.y chunks.  A row's source is resolved once per thread.
+// The row tile of common.cuh (copy_rows): each thread moves CU units of up
+// to RU rows (RU * CU loads in flight, which hides the latency of remote
+// reads); a row's source is resolved once per thread.
 template <class U, class Idx, int MODE, int CU, int RU>
 __device__ __forceinline__ void sharded_tile(const ShardedArgs& a)
 {
-    const u64 n = a.n;
-    const u64 units = a.units;
-    const u64 ty = blockDim.y;
-    const int ru = (int)a.row_unroll;
-    const u64 row_tile = ty * (u64)ru;
-    const u64 unit_tile = (u64)blockDim.x * CU;
     const Idx* idx = (const Idx*)a.indices;
-
-    for (u64 rt = (u64)blockIdx.x * row_tile + threadIdx.y; rt < n; rt += (u64)gridDim.x * row_tile) {
-        const U* src[RU];
-        bool live[RU];
-#pragma unroll
-        for (int kr = 0; kr < RU; ++kr) {
-            const u64 row = rt + (u64)kr * ty;
-            live[kr] = kr < ru && row < n;
-            src[kr] = 0;
-            if (live[kr]) {
-                i64 i = load_index(idx + row);
-                if (resolve<MODE>(i, a.total)) src[kr] = shard_row<U>(a, i);
-            }
-        }
-        for (u64 ut = (u64)blockIdx.y * unit_tile + threadIdx.x; ut < units;
-             ut += (u64)gridDim.y * unit_tile) {
-            U v[RU][CU];
-#pragma unroll
-            for (int kr = 0; kr < RU; ++kr) {
-#pragma unroll
-                for (int kc = 0; kc < CU; ++kc) {
-                    const u64 u = ut + (u64)kc * blockDim.x;
-                    if (live[kr] && u < units)
-                        v[kr][kc] = (MODE != MODE_FILL || src[kr])
-                            ? __ldg(src[kr] + u)
-                            : fill_at<U>(a.fill, (rt + (u64)kr * ty) * units + u);
-                }
-            }
-#pragma unroll
-            for (int kr = 0; kr < RU; ++kr) {
-                U* dst = (U*)a.out + (rt + (u64)kr * ty) * units;
-#pragma unroll
-                for (int kc = 0; kc < CU; ++kc) {
-                    const u64 u = ut + (u64)kc * blockDim.x;
-                    if (live[kr] && u < units) store_stream(dst + u, v[kr][kc]);
-                }
-            }
-        }
-    }
+    copy_rows<U, Math64, MODE, CU, RU>(
+        a.n, a.units, a.out, a.fill, (int)a.row_unroll,
+        [&](u64 row) -> const U* {
+            i64 i = load_index(idx + row);
+            return resolve<MODE>(i, a.total) ? shard_row<U>(a, i) : (const U*)0;
+        },
+        [](const U* p) { return __ldg(p); });
 }
 
 template <class U, class Idx, int MODE>

@@ -85,15 +85,7 @@ def device_copy(arr) -> numpy.ndarray:
 
 def extent(arr: numpy.ndarray) -> tuple:
     """[low, high) byte addresses ``arr`` touches; (p, p) when empty."""
-    lo = hi = arr.ctypes.data
-    for n, s in zip(arr.shape, arr.strides):
-        if n == 0:
-            return (lo, lo)
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return (lo, hi + arr.itemsize)
+    return validate.extent(arr, lambda a: a.ctypes.data)
 
 
 # ---------------------------------------------------------------- launch
