@@ -352,7 +352,7 @@ def test_hostsim_fuzz(case):
 def _hostsim_family():
     _hostsim_runner()  # skips when the host tier cannot run
     try:
-        import test_family_hostsim as family  # host launches of the family's plans
+        from hostsim import test_family_host as family  # host launches of the family's plans
     except ImportError as e:
         pytest.skip(f"host execution of gather_elements / gather_nd unavailable: {e}")
     return family
