@@ -8,10 +8,10 @@ import pytest
 # tests/tools holds the GPU-suite scripts; the pure tier checks their plans.
 sys.path.insert(0, str(Path(__file__).with_name("tools")))
 
-from cugather.env import no_gpu_reason, nvrtc_available
+from cugather.env import no_gpu_reason, nvrtc_problem
 
 _GPU = no_gpu_reason()
-_NVRTC = nvrtc_available()
+_NVRTC = nvrtc_problem()
 
 
 def pytest_report_header(config):
