@@ -168,10 +168,9 @@ class Environment:
         runtime = self.cuda_runtime
         if self.driver is None:
             return (f"No NVIDIA driver was found (libcuda cannot be loaded), so kernels cannot "
-                    f"run on this machine; compiling and inspecting them works without one "
-                    f"(NVRTC needs no GPU). On a machine with an NVIDIA GPU, install its "
-                    f"driver; cugather's packages for CUDA {self.cuda_major}: "
-                    f"{self.install_command}")
+                    f"run on this machine; compiling and inspecting them needs no GPU, only "
+                    f"NVRTC. On a machine with an NVIDIA GPU, install its driver; cugather's "
+                    f"packages for CUDA {self.cuda_major}: {self.install_command}")
         if self.driver[0] < 12:
             return (f"The NVIDIA driver supports CUDA {_v(self.driver)}; cugather needs CUDA 12 "
                     f"or newer (driver {MIN_DRIVER[12]} or newer), so no kernel can run. "
