@@ -209,8 +209,8 @@ def test_driver_without_gpu_in_process(capsys, monkeypatch, private_kernel_cache
     monkeypatch.setattr(_env, "_device_count", no_device)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     problem = _env.no_gpu_reason()
-    if HERE.cupy_problem is not None:
-        assert problem == HERE.cupy_problem
+    if HERE.cupy_problem is not None:  # the advice follows the driver
+        assert problem.startswith("CuPy is not installed") and "supports CUDA 12.4" in problem
         return
     assert problem.startswith("The NVIDIA driver (CUDA 12.4) is loaded but reports no GPU")
     assert "CUDA_VISIBLE_DEVICES=''" in problem and _env.gpu_count() == 0
