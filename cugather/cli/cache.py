@@ -1,7 +1,8 @@
 """``cugather cache list | show NAME | clear [--stale]``: cugather's kernel files.
 
 Everything here works without a GPU and without NVRTC; without NVRTC an intact
-file's state (current or stale) is unknown, which is said with the reason.
+file's state (current or stale) is unknown, and every action ends with the
+paragraph that says what is missing and how to install it.
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the action; exit status 0, 1 (a listing or --stale fell short) or 2 (bad NAME)."""
     if args.action == "clear":
-        return _clear(args)
-    entries = jit.disk_kernels()
-    if args.action == "show":
-        return _show(args, entries)
-    return _list(args, entries)
+        code = _clear(args)
+    else:
+        entries = jit.disk_kernels()
+        code = (_show if args.action == "show" else _list)(args, entries)
+    problem = probe().nvrtc_problem
+    if problem and not args.json:
+        print(f"\n{problem}")
+    return code
 
 
 def _list(args: argparse.Namespace, entries: List[jit.DiskEntry]) -> int:
@@ -121,7 +125,7 @@ def _clear(args: argparse.Namespace) -> int:
               f"nothing else of CuPy's cache was touched")
         if unknown:
             print(f"\nkept {len(unknown)} intact file(s) whose state is unknown: without NVRTC "
-                  f"current and stale files cannot be told apart.\n\n{probe().nvrtc_problem}")
+                  f"current and stale files cannot be told apart.")
     return 1 if unknown else 0
 
 
@@ -147,8 +151,7 @@ def _state(e: jit.DiskEntry) -> str:
 
 def _explain_unknown(entries: Sequence[jit.DiskEntry]) -> None:
     if any(e.state == "unknown" for e in entries):
-        print(f"\nstate unknown: without NVRTC current and stale files cannot be told "
-              f"apart.\n\n{probe().nvrtc_problem}")
+        print("\nstate unknown: without NVRTC current and stale files cannot be told apart.")
 
 
 def _find(name: str, entries: List[jit.DiskEntry]) -> Tuple[Optional[jit.DiskEntry], Optional[str]]:
