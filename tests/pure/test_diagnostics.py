@@ -22,6 +22,8 @@ from jit_support import ROWS, run
 
 HERE = probe()
 HAVE_NVRTC = HERE.nvrtc_problem is None
+# A driver new enough for the installed CuPy (CUDA 12.4 or 13.4), for the no-GPU cases.
+DRIVER = (max(12, HERE.cuda_runtime[0]) if HERE.cuda_runtime else 12, 4)
 
 # Runs each argv of sys.argv[2] (a JSON list) through cugather's main and prints one
 # JSON list of {code, out, err}; an exception escaping main is recorded with its traceback.
@@ -62,7 +64,8 @@ _RUNNER = textwrap.dedent('''
             status = 100
         def no_device(cupy):
             raise NoDevice("cudaErrorNoDevice: no CUDA-capable device is detected")
-        env._driver_version = lambda cupy: (12, 4)
+        driver = tuple(int(v) for v in sys.argv[3].split("."))
+        env._driver_version = lambda cupy: driver
         env._device_count = no_device
     from cugather.cli.main import main
     results = []
@@ -115,7 +118,7 @@ def _run_all(situation, cache):
     """{command: (code, stdout + stderr)} of every command run in ``situation``."""
     env = dict(os.environ, CUPY_CACHE_DIR=str(cache.parent))
     done = subprocess.run([sys.executable, "-c", _RUNNER, situation,
-                           json.dumps(list(COMMANDS.values()))],
+                           json.dumps(list(COMMANDS.values())), "%d.%d" % DRIVER],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -177,8 +180,8 @@ def test_without_a_driver_kernels_compile_and_the_demo_says_why_none_runs(cache_
 def test_with_a_driver_but_no_gpu_the_message_says_so(cache_with_entry):
     outputs = _run_all("no-gpu", cache_with_entry)
     _check(outputs, dict.fromkeys(COMMANDS, 0),
-           "The NVIDIA driver (CUDA 12.4) is loaded but reports no GPU", "nvidia-smi")
-    assert "CUDA driver   12.4" in outputs["info"][1]
+           "The NVIDIA driver (CUDA %d.%d) is loaded but reports no GPU" % DRIVER, "nvidia-smi")
+    assert "CUDA driver   %d.%d" % DRIVER in outputs["info"][1]
 
 
 def test_the_module_entry_point_without_cupy_prints_no_traceback(private_kernel_cache):
@@ -203,7 +206,7 @@ class _NoDevice(RuntimeError):
 
 
 def test_driver_without_gpu_in_process(capsys, monkeypatch, private_kernel_cache):
-    monkeypatch.setattr(_env, "_driver_version", lambda cupy: (12, 4))
+    monkeypatch.setattr(_env, "_driver_version", lambda cupy: DRIVER)
 
     def no_device(cupy):
         raise _NoDevice("cudaErrorNoDevice: no CUDA-capable device is detected")
@@ -214,10 +217,11 @@ def test_driver_without_gpu_in_process(capsys, monkeypatch, private_kernel_cache
     if HERE.cupy_problem is not None:  # the advice follows the driver
         assert problem.startswith("CuPy is not installed") and "supports CUDA 12.4" in problem
         return
-    assert problem.startswith("The NVIDIA driver (CUDA 12.4) is loaded but reports no GPU")
+    version = "%d.%d" % DRIVER
+    assert problem.startswith(f"The NVIDIA driver (CUDA {version}) is loaded but reports no GPU")
     assert "CUDA_VISIBLE_DEVICES=''" in problem and _env.gpu_count() == 0
     code, out, err = run(capsys, "info")
-    assert code == 0 and problem in out and "CUDA driver   12.4" in out
+    assert code == 0 and problem in out and f"CUDA driver   {version}" in out
 
 
 def test_probe_never_raises(monkeypatch):
