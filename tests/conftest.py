@@ -1,5 +1,6 @@
 """Test tiers: pure (always), nvrtc (NVRTC library), hostsim (C++ compiler), gpu."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -8,23 +9,29 @@ import pytest
 # tests/tools holds the GPU-suite scripts; the pure tier checks their plans.
 sys.path.insert(0, str(Path(__file__).with_name("tools")))
 
-from cugather.env import no_gpu_reason, nvrtc_available
+from cugather.env import no_gpu_reason, nvrtc_problem
 
 _GPU = no_gpu_reason()
-_NVRTC = nvrtc_available()
+_NVRTC = nvrtc_problem()
+
+
+def _first_clause(paragraph):
+    """The diagnosis without its advice, for skip reasons repeated per test."""
+    return re.split(r"[.;] ", paragraph, maxsplit=1)[0]
 
 
 def pytest_report_header(config):
-    return [f"cugather tiers: gpu={'yes' if _GPU is None else 'no (' + _GPU + ')'}, "
-            f"nvrtc={'yes' if _NVRTC is None else 'no'}"]
+    return [f"cugather tiers: gpu={'yes' if _GPU is None else 'no'}, "
+            f"nvrtc={'yes' if _NVRTC is None else 'no'}"] + [
+        f"  {p}" for p in dict.fromkeys(p for p in (_GPU, _NVRTC) if p)]
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and _GPU is not None:
-            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {_GPU}"))
+            item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {_first_clause(_GPU)}"))
         if "nvrtc" in item.keywords and _NVRTC is not None:
-            item.add_marker(pytest.mark.skip(reason=_NVRTC))
+            item.add_marker(pytest.mark.skip(reason=f"needs NVRTC: {_first_clause(_NVRTC)}"))
 
 
 @pytest.fixture

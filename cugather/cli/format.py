@@ -1,16 +1,17 @@
-"""Output helpers shared by the ``info``, ``cache`` and ``inspect`` commands:
-aligned tables, sizes, JSON, errors, and kernel listings."""
+"""Output helpers of the commands: aligned tables, sizes, JSON, errors, listings."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Any, Iterable, Optional, Sequence, Tuple
 
 from .. import jit
 
 
-def _table(headers, rows, right=()) -> str:
-    """Rows under headers, columns padded; columns in ``right`` right-aligned."""
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """Rows under headers, columns padded; columns in ``right`` right-aligned; None is '-'."""
     cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
@@ -21,58 +22,66 @@ def _table(headers, rows, right=()) -> str:
     return "\n".join(lines)
 
 
-def _pairs(items, indent: str = "  ") -> str:
-    """``name  value`` lines with the values aligned."""
+def pairs(items: Sequence[Tuple[str, Any]], indent: str = "  ") -> str:
+    """``name  value`` lines with the values aligned; None is '-'."""
     width = max((len(k) for k, _ in items), default=0)
     return "\n".join(f"{indent}{k.ljust(width)}  {'-' if v is None else v}" for k, v in items)
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024 or unit == "MiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
+def size(n: float) -> str:
+    """Bytes as ``123 B``, ``4.5 KiB`` or ``6.7 MiB``."""
+    if n < 1024:
+        return f"{int(n)} B"
+    n /= 1024
+    return f"{n:.1f} KiB" if n < 1024 else f"{n / 1024:.1f} MiB"
 
 
-def _ms(seconds) -> str:
+def ms(seconds: Optional[float]) -> str:
+    """Seconds as whole milliseconds; '-' for None."""
     return "-" if seconds is None else f"{seconds * 1e3:.0f} ms"
 
 
-def _cuda_version(v: int) -> str:
+def cuda_version(v: int) -> str:
+    """CUDA's integer version (12090) as text (12.9)."""
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def _emit_json(doc) -> None:
+def emit_json(doc: Any) -> None:
+    """Print ``doc`` as one indented JSON document."""
     json.dump(doc, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
 
 
-def _error(message: str, code: int = 2) -> int:
+def error(message: str, code: int = 2) -> int:
+    """Print ``error: message`` on stderr; return ``code`` (the exit status)."""
     print(f"error: {message}", file=sys.stderr)
     return code
 
 
-def _json_flag(p) -> None:
+def json_flag(p: argparse.ArgumentParser) -> None:
+    """Add ``--json``."""
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
-def _listing(info, what):
+def listing(info: Optional[jit.KernelInfo], what: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
     """(text, error message) of the source, PTX or SASS of ``info``."""
-    if what is None:
+    if what is None or info is None:
         return None, None
     try:
-        return {"source": lambda: info.source, "ptx": lambda: info.ptx,
-                "sass": lambda: info.sass}[what](), None
+        text = {"source": lambda: info.source, "ptx": lambda: info.ptx,
+                "sass": lambda: info.sass}[what]()
+        return text, None
     except (jit.SassUnavailableError, ValueError, RuntimeError) as e:
         return None, str(e)
 
 
-def _print_listing(text, err, what, info) -> int:
+def print_listing(text: Optional[str], err: Optional[str], what: Optional[str],
+                  info: Optional[jit.KernelInfo]) -> int:
+    """Print a listing under a heading, or its error on stderr; return the exit status."""
     if err:
         print(f"\nerror: {err}", file=sys.stderr)
         return 1
-    if text is not None:
+    if text is not None and info is not None:
         print(f"\n{what} of {info.entry} ({info.arch})\n")
         print(text.rstrip("\n"))
     return 0

@@ -21,41 +21,72 @@ from __future__ import annotations
 
 import os
 import re
-from collections import namedtuple
-from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy
 
 from ..compile import render as _codegen
 from ..compile import compiler as _compiler
-from ..compile.compiler import CacheWarning, CompiledKernel, CompileError
+from ..compile.compiler import CacheWarning, CompileError
 from .disasm import SassUnavailableError, find_disassembler
+from .disk import ENTRY_STATES, DiskEntry, disk_clear, disk_kernels
 from .kernel_info import FUNCTION_ATTRIBUTES, KernelInfo
 from ..plan.keys import INDEX_DTYPES, KIND_SPECS, KINDS, UNITS, KernelKey
 from ..plan.core import unit_for
 
 __all__ = [
-    "CacheInfo", "Cleared", "KernelInfo", "DiskEntry", "SassUnavailableError",
-    "CacheWarning", "CompileError", "FUNCTION_ATTRIBUTES", "cache_info", "kernels", "compile",
-    "compile_key", "cache_clear", "disk_kernels", "find_disassembler", "supported_archs",
+    "CacheInfo", "Cleared", "KernelInfo", "DiskEntry", "ENTRY_STATES", "FUNCTION_ATTRIBUTES",
+    "SassUnavailableError", "NvrtcUnavailableError", "CacheWarning", "CompileError",
+    "cache_info", "kernels", "compile", "compile_key", "cache_clear", "disk_kernels",
+    "disk_clear", "find_disassembler", "supported_archs",
 ]
 
-CacheInfo = namedtuple(
-    "CacheInfo",
-    "hits misses disk_hits compiles compile_seconds in_memory cache_dir disk_entries disk_bytes")
-CacheInfo.__doc__ = """Kernel-cache statistics of this process and of the disk cache.
 
-hits, misses : lookups answered from memory / that went to disk or NVRTC
-disk_hits : misses answered by the disk cache
-compiles, compile_seconds : NVRTC runs of this process and their total time
-in_memory : compiled kernels held by this process
-cache_dir : cugather's folder in CuPy's cache directory
-disk_entries, disk_bytes : cugather kernel files in it and their total size
-"""
+class CacheInfo(NamedTuple):
+    """Kernel-cache statistics of this process and of the disk cache.
 
-Cleared = namedtuple("Cleared", "kernels plans disk_entries")
-Cleared.__doc__ = "What :func:`cache_clear` dropped: kernels, plans and disk files."
+    Attributes
+    ----------
+    hits, misses : int
+        Lookups answered from memory / that went to disk or NVRTC.
+    disk_hits : int
+        Misses answered by the disk cache.
+    compiles : int
+        NVRTC runs of this process.
+    compile_seconds : float
+        Their total time.
+    in_memory : int
+        Compiled kernels held by this process.
+    cache_dir : str
+        cugather's folder in CuPy's cache directory.
+    disk_entries, disk_bytes : int
+        cugather kernel files in it and their total size.
+    """
+
+    hits: int
+    misses: int
+    disk_hits: int
+    compiles: int
+    compile_seconds: float
+    in_memory: int
+    cache_dir: str
+    disk_entries: int
+    disk_bytes: int
+
+
+class Cleared(NamedTuple):
+    """What :func:`cache_clear` dropped: kernels, plans and disk files."""
+
+    kernels: int
+    plans: int
+    disk_entries: int
+
+
+class NvrtcUnavailableError(RuntimeError):
+    """Compiling was asked for, but CuPy or its NVRTC library cannot be loaded.
+
+    The message says what is missing and the pip command that installs it.
+    """
 
 
 # ---------------------------------------------------------------- in process
@@ -74,14 +105,15 @@ def cache_info() -> CacheInfo:
                      _compiler.cache_dir(), len(paths), size)
 
 
-def kernels() -> list:
+def kernels() -> List[KernelInfo]:
     """Every kernel this process compiled or loaded, as :class:`KernelInfo`.
 
     A kernel loaded on a device appears once per device, with its CUDA
     function attributes; one compiled but not loaded (for instance by
     :func:`compile`) appears once with ``device=None``.  Sorted by entry name.
     """
-    infos, loaded = [], set()
+    infos: List[KernelInfo] = []
+    loaded = set()
     for lk in _compiler.loaded_kernels():
         infos.append(KernelInfo.from_compiled(lk.compiled, lk.device, _attributes(lk)))
         loaded.add(id(lk.compiled))
@@ -90,12 +122,12 @@ def kernels() -> list:
     return sorted(infos, key=lambda i: (i.entry, i.arch, -1 if i.device is None else i.device))
 
 
-def _attributes(lk) -> dict:
+def _attributes(lk: _compiler.LoadedKernel) -> Dict[str, int]:
     import cupy
     from cupy.cuda import driver
 
     with cupy.cuda.Device(lk.device):
-        return {name: driver.funcGetAttribute(getattr(driver, enum), lk.function.ptr)
+        return {name: int(driver.funcGetAttribute(getattr(driver, enum), lk.ptr))
                 for name, enum in FUNCTION_ATTRIBUTES.items()}
 
 
@@ -129,79 +161,59 @@ def cache_clear(disk: bool = False) -> Cleared:
     _compiler.clear()
     _codegen.render.cache_clear()
     _codegen.sources_digest.cache_clear()
-    removed = _remove_disk_entries(_disk_files()) if disk else 0
+    removed = disk_clear() if disk else 0
     return Cleared(n_kernels, plans, removed)
 
 
-def _disk_files() -> list:
-    """cugather's entries plus temp files that interrupted writes left behind."""
-    folder = _compiler.cache_dir()
-    try:
-        temps = [os.path.join(folder, n) for n in os.listdir(folder) if _is_temp(n)]
-    except OSError:
-        temps = []
-    return _compiler.disk_entries() + sorted(temps)
-
-
-def _is_temp(name: str) -> bool:
-    return name.startswith(".cgk-") and name.endswith(".tmp")
-
-
-def _remove_disk_entries(paths) -> int:
-    removed = 0
-    folder = _compiler.cache_dir()
-    for path in paths:
-        name = os.path.basename(path)
-        if os.path.dirname(os.path.abspath(path)) != os.path.abspath(folder) or not (
-                name.endswith(_compiler.ENTRY_SUFFIX) or _is_temp(name)):
-            raise ValueError(f"refusing to delete {path!r}: not a cugather kernel file in {folder}")
-        try:
-            os.unlink(path)
-            removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
-
-
 # ---------------------------------------------------------------- compiling
-def supported_archs() -> list:
-    """``sm_XX`` targets the installed NVRTC can compile for."""
-    from cupy_backends.cuda.libs import nvrtc
+def supported_archs() -> List[str]:
+    """``sm_XX`` targets the installed NVRTC can compile for.
 
-    return [f"sm_{a}" for a in nvrtc.getSupportedArchs()]
+    Raises
+    ------
+    NvrtcUnavailableError
+        CuPy or NVRTC cannot be loaded (the message says how to install them).
+    """
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        return [f"sm_{a}" for a in nvrtc.getSupportedArchs()]
+    except Exception as e:  # ImportError, or the library failing to load
+        from ..env import probe
+
+        problem = probe().nvrtc_problem or f"NVRTC cannot be used: {type(e).__name__}: {e}"
+        raise NvrtcUnavailableError(problem) from e
 
 
 _ARCH = re.compile(r"(sm|compute)_(\d+)[af]?")
 
 
-def _check_arch(arch) -> str:
+def _check_arch(arch: object) -> str:
     m = _ARCH.fullmatch(arch) if isinstance(arch, str) else None
-    if m is None or f"sm_{m.group(2)}" not in supported_archs():
+    if not isinstance(arch, str) or m is None or f"sm_{m.group(2)}" not in supported_archs():
         raise ValueError(f"arch must be 'sm_XX' or 'compute_XX' with XX a target of NVRTC "
                          f"{'.'.join(map(str, _compiler.nvrtc_version()))} "
                          f"({', '.join(supported_archs())}), got {arch!r}")
     return arch
 
 
-def _pick(argname: str, value, allowed) -> object:
+def _pick(argname: str, value: Any, allowed: Sequence[Any]) -> Any:
     if value not in allowed:
         raise ValueError(f"{argname} must be one of {tuple(allowed)}, got {value!r}")
     return value
 
 
-def compile(kind: str, dtype, index_dtype, *, mode: str = "raise", arch: str = "sm_90",
-            unit: Optional[int] = None, math: Optional[str] = None, options: tuple = (),
-            use_disk: bool = True) -> KernelInfo:
+def compile(kind: str, dtype: Any, index_dtype: Any, *, mode: str = "raise",
+            arch: str = "sm_90", unit: Optional[int] = None, math: Optional[str] = None,
+            options: Sequence[str] = (), use_disk: bool = True) -> KernelInfo:
     """Render and compile one gather kernel with NVRTC; no GPU needed.
 
     Parameters
     ----------
     kind : str
-        Kernel variant, one of ``cugather.plan.keys.KINDS`` (Gather's
-        ``"rows"``, ``"chunks"``, ``"scalar"``, ``"inner"``, ``"strided"``,
-        GatherElements' ``"elements"``, GatherND's ``"nd"``; ``"check"`` and
-        ``"check_nd"`` are raise mode's bounds checks, which move no data and
-        take no dtype or unit).
+        Kernel variant, one of :data:`cugather.plan.keys.KINDS` (``"check"``
+        and ``"check_nd"`` are raise mode's bounds checks, which move no data
+        and take no dtype or unit).
     dtype : dtype-like or None
         Element type of the table.  Kernels move bytes, not typed values: a
         kernel is built per *unit* (1, 2, 4, 8 or 16 bytes per load/store), and
@@ -238,6 +250,8 @@ def compile(kind: str, dtype, index_dtype, *, mode: str = "raise", arch: str = "
         An argument outside the allowed values (the message names it).
     CompileError
         NVRTC rejected the source (carries the log and the source).
+    NvrtcUnavailableError
+        CuPy or NVRTC is not installed (the message says how to install them).
     """
     _pick("kind", kind, KINDS)
     idx = _index_dtype_name(index_dtype)
@@ -253,7 +267,7 @@ def _moves_no_data(kind: str) -> bool:
     return not KIND_SPECS[kind].moves_data
 
 
-def compile_key(key: KernelKey, *, arch: str = "sm_90", options: tuple = (),
+def compile_key(key: KernelKey, *, arch: str = "sm_90", options: Sequence[str] = (),
                 use_disk: bool = True) -> KernelInfo:
     """Compile (or fetch from the caches) the kernel ``key``; no GPU needed.
 
@@ -268,19 +282,20 @@ def compile_key(key: KernelKey, *, arch: str = "sm_90", options: tuple = (),
     return KernelInfo.from_compiled(ck)
 
 
-def _index_dtype_name(index_dtype) -> str:
+def _index_dtype_name(index_dtype: Any) -> str:
+    name: Optional[str]
     try:
         name = numpy.dtype(index_dtype).name
     except TypeError:
         name = None
-    if name not in INDEX_DTYPES:
+    if name is None or name not in INDEX_DTYPES:
         raise ValueError(f"index_dtype must be one of {INDEX_DTYPES}, got {index_dtype!r}")
     return name
 
 
-def _unit(dtype, unit) -> int:
+def _unit(dtype: Any, unit: Optional[int]) -> int:
     if unit is not None:
-        return _pick("unit", unit, UNITS)
+        return int(_pick("unit", unit, UNITS))
     if dtype is None:
         raise ValueError("dtype is None and no unit is given: give one of them")
     try:
@@ -289,53 +304,4 @@ def _unit(dtype, unit) -> int:
         raise ValueError(f"dtype must be a NumPy dtype, got {dtype!r}") from None
     if itemsize == 0:
         raise ValueError(f"dtype must have a non-zero item size, got {dtype!r}")
-    return unit_for(itemsize)
-
-
-# ---------------------------------------------------------------- disk
-@dataclass(frozen=True)
-class DiskEntry:
-    """One file of cugather's disk cache.
-
-    ``state`` is ``"current"`` (this installation would use it),
-    ``"stale"`` (built from other sources, options or NVRTC: never used
-    again) or ``"damaged"`` (``problem`` says why; it would be rebuilt).
-    """
-
-    name: str
-    path: str
-    size: int
-    mtime: float
-    state: str
-    problem: str = ""
-    meta: dict = field(default_factory=dict, repr=False)
-    info: Optional[KernelInfo] = field(default=None, repr=False)
-
-
-def disk_kernels() -> list:
-    """Every file of cugather's disk cache, as :class:`DiskEntry`, by name."""
-    entries = []
-    for path in _compiler.disk_entries():
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        name = os.path.basename(path)[:-len(_compiler.ENTRY_SUFFIX)]
-        try:
-            meta, ck = _compiler.read_entry(path)
-        except FileNotFoundError:
-            continue
-        except _compiler.CacheEntryError as e:
-            entries.append(DiskEntry(name, path, st.st_size, st.st_mtime, "damaged", str(e)))
-            continue
-        current = _is_current(ck, path)
-        entries.append(DiskEntry(name, path, st.st_size, st.st_mtime,
-                                 "current" if current else "stale", "", meta,
-                                 KernelInfo.from_compiled(ck)))
-    return entries
-
-
-def _is_current(ck: CompiledKernel, path: str) -> bool:
-    source = _codegen.render(ck.key)
-    return (source.text == ck.source.text
-            and _compiler.entry_path(source, ck.arch, ck.options) == path)
+    return int(unit_for(itemsize))

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Optional
+from typing import List, Optional, Tuple
 
 __all__ = ["SassUnavailableError", "find_disassembler", "disassemble"]
 
@@ -17,7 +17,7 @@ class SassUnavailableError(RuntimeError):
     """SASS was asked for but no disassembler (cuobjdump, nvdisasm) was found."""
 
 
-def find_disassembler() -> Optional[tuple]:
+def find_disassembler() -> Optional[Tuple[str, str]]:
     """``(name, path)`` of cuobjdump (preferred) or nvdisasm, or None.
 
     Looked for on PATH, then in ``$CUDA_PATH/bin`` and ``$CUDA_HOME/bin``, then
@@ -28,8 +28,8 @@ def find_disassembler() -> Optional[tuple]:
     tools = {name: _find_tool(name) for name in ("cuobjdump", "nvdisasm")}
     if tools["nvdisasm"] is None:
         return None
-    name = "cuobjdump" if tools["cuobjdump"] else "nvdisasm"
-    return name, tools[name]
+    cuobjdump = tools["cuobjdump"]
+    return ("cuobjdump", cuobjdump) if cuobjdump else ("nvdisasm", tools["nvdisasm"])
 
 
 def _find_tool(name: str) -> Optional[str]:
@@ -41,7 +41,7 @@ def _find_tool(name: str) -> Optional[str]:
     return found
 
 
-def _wheel_bin_folders() -> list:
+def _wheel_bin_folders() -> List[str]:
     try:
         import nvidia  # namespace package of NVIDIA's CUDA wheels
     except ImportError:
@@ -68,7 +68,7 @@ def disassemble(cubin: bytes, entry: str) -> str:
     name, tool = found
     env = dict(os.environ)
     # cuobjdump finds nvdisasm through PATH or NVDISASM_PATH
-    env["NVDISASM_PATH"] = os.path.dirname(_find_tool("nvdisasm"))
+    env["NVDISASM_PATH"] = os.path.dirname(_find_tool("nvdisasm") or tool)
     with tempfile.TemporaryDirectory(prefix="cugather-sass-") as tmp:
         path = os.path.join(tmp, f"{entry}.cubin")
         with open(path, "wb") as f:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ..compile import compiler as _compiler
 from ..compile.compiler import CompiledKernel
@@ -62,7 +62,7 @@ class KernelInfo:
     key: KernelKey
     entry: str
     source: str = field(repr=False)
-    options: tuple
+    options: Tuple[str, ...]
     arch: str
     compile_seconds: float
     registers: Optional[int]
@@ -73,15 +73,18 @@ class KernelInfo:
     from_disk: bool
     cache_path: Optional[str] = None
     device: Optional[int] = None
-    attributes: Optional[dict] = None
-    _compiled: CompiledKernel = field(default=None, repr=False)
-    _lazy: dict = field(default_factory=dict, repr=False)
+    attributes: Optional[Dict[str, int]] = None
+    _compiled: CompiledKernel = field(repr=False, kw_only=True)
+    _lazy: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_compiled(cls, ck: CompiledKernel, device=None, attributes=None) -> "KernelInfo":
+    def from_compiled(cls, ck: CompiledKernel, device: Optional[int] = None,
+                      attributes: Optional[Dict[str, int]] = None) -> "KernelInfo":
+        """The description of ``ck``, loaded on ``device`` with ``attributes`` if given."""
         return cls(ck.key, ck.key.entry, ck.source.text, tuple(ck.nvrtc_options), ck.arch,
                    ck.compile_seconds, ck.registers, ck.spill_stores, ck.spill_loads,
-                   ck.stack_frame, ck.log, ck.from_disk, ck.path, device, attributes, ck)
+                   ck.stack_frame, ck.log, ck.from_disk, ck.path, device, attributes,
+                   _compiled=ck)
 
     @property
     def spill_bytes(self) -> Optional[int]:
@@ -118,9 +121,9 @@ class KernelInfo:
         """
         if "sass" not in self._lazy:
             self._lazy["sass"] = disassemble(self.cubin, self.entry)
-        return self._lazy["sass"]
+        return str(self._lazy["sass"])
 
-    def as_dict(self, *, source: bool = False) -> dict:
+    def as_dict(self, *, source: bool = False) -> Dict[str, Any]:
         """JSON-ready description (without binaries; the source if asked)."""
         d = dict(entry=self.entry, kind=self.key.kind, unit=self.key.unit,
                  index_dtype=self.key.index_dtype, math=self.key.math, mode=self.key.mode,

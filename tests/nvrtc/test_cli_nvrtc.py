@@ -1,24 +1,18 @@
-"""python -m cugather info | cache | inspect (pure, nvrtc and gpu tiers)."""
+"""The command line with NVRTC (no GPU): cache list/show/clear of real kernels, inspect."""
 
 import json
 import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import cugather
 from cugather import jit
-from cugather.cli import format as _cli_format, inspect as _cli_inspect
-from cugather.inspect import disasm as _disasm
-from cugather.cli.main import main
-from cugather.env import no_gpu_reason
 from cugather.plan.fastdiv import make_divisor
-from cugather.plan.keys import KernelKey
+from jit_support import CHECK, ROWS, no_disassembler, run, run_json
 
-ROWS = KernelKey("rows", 16, "int64", "fast32", "raise")
-CHECK = KernelKey("check", 0, "int64", "fast64", "raise")
+pytestmark = pytest.mark.nvrtc
 
 
 @pytest.fixture(autouse=True)
@@ -26,103 +20,10 @@ def cache(private_kernel_cache):
     return private_kernel_cache
 
 
-def run(capsys, *argv):
-    """(exit code, stdout, stderr) of ``python -m cugather ARGV`` run in this process."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--json")
-    return code, json.loads(out), err
-
-
-def _no_tools(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.delenv("CUDA_HOME", raising=False)
-    monkeypatch.setattr(_disasm, "_wheel_bin_folders", lambda: [])
-
-
-# ---------------------------------------------------------------- pure
-def test_table_aligns_columns():
-    text = _cli_format._table(["NAME", "REGS", "STATE"],
-                           [["a_long_name", 48, "current"], ["b", None, "stale"]], right=(1,))
-    lines = text.splitlines()
-    assert lines == ["NAME         REGS  STATE",
-                     "a_long_name    48  current",
-                     "b               -  stale"]
-
-
-def test_shape_and_dtype_arguments_are_checked(capsys):
-    assert _cli_inspect._shape("1000,128") == (1000, 128)
-    assert _cli_inspect._shape("(7,)") == (7,) and _cli_inspect._shape("") == ()
-    for argv in (["inspect", "--shape", "a,b"], ["inspect", "--dtype", "floaty"],
-                 ["inspect", "--index-dtype", "int16"], ["inspect", "--ptx", "--sass"],
-                 ["cache", "show"]):
-        with pytest.raises(SystemExit) as e:
-            main(argv)
-        assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "expected comma-separated sizes" in err and "not a NumPy dtype: 'floaty'" in err
-
-
-def test_info_reports_versions_gpu_and_cache(capsys, cache):
-    code, out, _ = run(capsys, "info")
-    assert code == 0
-    assert out.startswith(f"cugather {cugather.__version__}\n")
-    assert f"numpy         {np.__version__}" in out
-    assert f"directory  {cache}" in out
-    assert "kernels    0 (0 current, 0 stale, 0 damaged), 0 B" in out
-    reason = no_gpu_reason()
-    if reason is None:
-        assert "GPU           " in out and "TARGET" in out
-    else:
-        assert f"GPU           no GPU found: {reason}" in out
-
-
-def test_info_json(capsys, cache):
-    code, doc, _ = run_json(capsys, "info")
-    assert code == 0 and doc["cugather"] == cugather.__version__
-    assert doc["cache"]["dir"] == str(cache) and doc["cache"]["entries"] == 0
-    assert doc["no_gpu_reason"] == no_gpu_reason()
-    assert (doc["gpus"] == []) == (no_gpu_reason() is not None)
-
-
-def test_cache_list_of_an_empty_cache(capsys, cache):
-    code, out, _ = run(capsys, "cache", "list")
-    assert code == 0 and out == f"{cache}: 0 cugather kernel file(s), 0 B\n"
-    assert run(capsys, "cache") == (0, out, "")  # list is the default action
-    code, doc, _ = run_json(capsys, "cache", "list")
-    assert doc == {"cache_dir": str(cache), "entries": []}
-
-
-def test_cache_clear_leaves_the_rest_of_cupys_cache(capsys, cache):
-    cache.mkdir(parents=True)
-    (cache / "cugather_a.sm_90.1.cgk").write_bytes(b"junk")
-    (cache.parent / "cupy_own.cubin").write_bytes(b"CuPy's")
-    code, out, _ = run(capsys, "cache", "clear")
-    assert code == 0
-    assert out == (f"removed 1 cugather kernel file(s) from {cache}; nothing else of CuPy's "
-                   f"cache was touched\n")
-    assert (cache.parent / "cupy_own.cubin").read_bytes() == b"CuPy's"
-    code, doc, _ = run_json(capsys, "cache", "clear")
-    assert doc == {"cache_dir": str(cache), "removed": 0, "stale_only": False}
-
-
-def test_cache_show_unknown_name(capsys):
-    code, out, err = run(capsys, "cache", "show", "nothing_here")
-    assert code == 2 and out == ""
-    assert "NAME 'nothing_here' matches no kernel file" in err
-
-
-# ---------------------------------------------------------------- nvrtc
 def _compile_two():
     return jit.compile_key(ROWS), jit.compile_key(CHECK, arch="sm_80")
 
 
-@pytest.mark.nvrtc
 def test_cache_list_table_and_json(capsys, cache):
     rows, check = _compile_two()
     code, out, _ = run(capsys, "cache", "list")
@@ -147,7 +48,6 @@ def test_cache_list_table_and_json(capsys, cache):
     assert got[ROWS.entry]["size"] == os.path.getsize(rows.cache_path)
 
 
-@pytest.mark.nvrtc
 def test_cache_show_by_prefix_with_source_and_ptx(capsys):
     rows, _ = _compile_two()
     code, out, _ = run(capsys, "cache", "show", "cugather_rows")
@@ -166,7 +66,6 @@ def test_cache_show_by_prefix_with_source_and_ptx(capsys):
     assert code == 2 and "matches 2 kernel files" in err
 
 
-@pytest.mark.nvrtc
 def test_cache_show_and_clear_stale_or_damaged(capsys, cache):
     rows, _ = _compile_two()
     junk = cache / "cugather_junk.sm_90.0.cgk"
@@ -178,7 +77,6 @@ def test_cache_show_and_clear_stale_or_damaged(capsys, cache):
     assert not junk.exists() and os.path.exists(rows.cache_path)
 
 
-@pytest.mark.nvrtc
 def test_inspect_shows_plan_report_and_source(capsys):
     code, out, err = run(capsys, "inspect", "--dtype", "float16", "--index-dtype", "int64",
                          "--shape", "1000,128", "--indices-shape", "4096", "--axis", "0",
@@ -196,7 +94,6 @@ def test_inspect_shows_plan_report_and_source(capsys):
     assert jit.compile_key(plan.key).source.rstrip("\n") in out
 
 
-@pytest.mark.nvrtc
 def test_inspect_json_describes_the_plan(capsys):
     code, doc, _ = run_json(capsys, "inspect", "--shape", "64,1024", "--axis", "1",
                             "--indices-shape", "512", "--mode", "wrap", "--index-dtype",
@@ -214,7 +111,6 @@ def test_inspect_json_describes_the_plan(capsys):
     assert doc["listing"]["what"] == "source" and "// cugather" in doc["listing"]["text"]
 
 
-@pytest.mark.nvrtc
 def test_inspect_ptx_replaces_the_source(capsys):
     code, out, _ = run(capsys, "inspect", "--ptx", "--mode", "fill", "--indices-shape", "7,3",
                          "--arch", "sm_90")
@@ -226,9 +122,8 @@ def test_inspect_ptx_replaces_the_source(capsys):
     assert "output      (128,)" in out  # a scalar index drops the axis
 
 
-@pytest.mark.nvrtc
 def test_inspect_sass_without_tools_fails_clearly(capsys, monkeypatch, tmp_path):
-    _no_tools(monkeypatch, tmp_path)
+    no_disassembler(monkeypatch, tmp_path)
     code, out, err = run(capsys, "inspect", "--sass")
     assert code == 1 and "ptxas report" in out
     assert "cannot show SASS of cugather_rows_u16_i64_fast32_raise: nvdisasm" in err
@@ -236,7 +131,6 @@ def test_inspect_sass_without_tools_fails_clearly(capsys, monkeypatch, tmp_path)
     assert code == 1 and doc["listing"]["text"] is None and "nvdisasm" in doc["listing"]["error"]
 
 
-@pytest.mark.nvrtc
 def test_inspect_reports_bad_requests(capsys):
     code, out, err = run(capsys, "inspect", "--axis", "2")
     assert code == 2 and out == "" and "axis 2 is out of bounds" in err
@@ -244,7 +138,6 @@ def test_inspect_reports_bad_requests(capsys):
     assert code == 2 and "arch must be" in err and "got 'sm_1'" in err
 
 
-@pytest.mark.nvrtc
 def test_module_entry_point_runs_in_a_fresh_process(cache):
     env = dict(os.environ, CUPY_CACHE_DIR=str(cache.parent))
     for argv in (["info", "--json"], ["inspect", "--no-source", "--json"], ["cache", "list", "--json"]):
@@ -255,17 +148,3 @@ def test_module_entry_point_runs_in_a_fresh_process(cache):
     assert [e["entry"] for e in doc["entries"]] == sorted([ROWS.entry, CHECK.entry])
 
 
-# ---------------------------------------------------------------- gpu
-@pytest.mark.gpu
-def test_info_and_inspect_on_a_gpu(capsys):
-    import cupy
-
-    from cugather.compile.compiler import arch_for_device
-
-    code, doc, _ = run_json(capsys, "info")
-    assert code == 0 and len(doc["gpus"]) == cupy.cuda.runtime.getDeviceCount()
-    g = doc["gpus"][0]
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    assert g["sms"] == props["multiProcessorCount"] and g["nvrtc_target"] == arch_for_device(0)
-    code, doc, _ = run_json(capsys, "inspect", "--no-source")
-    assert code == 0 and doc["arch"] == arch_for_device(0)
