@@ -9,6 +9,8 @@ the two; with one round both are the caller's stream.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import gather as _gather
 from .peer import PeerGather
 
@@ -25,7 +27,7 @@ class CupyBackend:
         self.device = device
         self._work = cupy.cuda.get_current_stream()
         self._comm = comm_stream if comm_stream is not None else self._work
-        self._two = {}  # (first, second) -> PeerGather: a call's rounds share one
+        self._two: dict[tuple[Any, Any], Any] = {}  # (first, second) -> PeerGather: a call's rounds share one
 
     def take(self, table, idx, *, mode="wrap", fill_value=0, out=None):
         """``table[idx]`` along axis 0 with a cugather kernel, on the work stream."""

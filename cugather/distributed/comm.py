@@ -20,7 +20,7 @@ import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy
 
@@ -69,8 +69,8 @@ class Communicator:
         self.rank, self.size, self.device, self.timeout = rank, size, device, timeout
         self.host, self._nccl, self.local = host, nccl_comm, local
         self._broken: Optional[str] = None
-        self._pinned = None
-        self._cancelled = None  # single-process mode: another rank failed
+        self._pinned: Any = None
+        self._cancelled: Optional[Callable[[], bool]] = None  # single-process mode: another rank failed
 
     def __repr__(self):
         kind = "single-process" if self.local else "process"

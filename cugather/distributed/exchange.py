@@ -245,8 +245,9 @@ def exchange_gather(backend, comm: Collectives, shard, offsets, indices, out, *,
 
     got_ids = xp.empty(int(asked.sum()), id_dtype)
     backend.wait("comm", backend.record("work"))
-    comm.exchange(*_pairs(backend, P, r, range(S), ids, my_start, mine, got_ids, asked_start,
-                          asked), backend.stream("comm"))
+    sends, recvs = _pairs(backend, P, r, range(S), ids, my_start, mine, got_ids, asked_start,
+                          asked)
+    comm.exchange(sends, recvs, backend.stream("comm"))
     backend.wait("work", backend.record("comm"))
 
     outgoing = xp.empty((int(asked.sum()),) + row_shape, shard.dtype)
@@ -262,8 +263,9 @@ def exchange_gather(backend, comm: Collectives, shard, offsets, indices, out, *,
             if hi > lo:
                 backend.take(shard, got_ids[lo:hi], out=outgoing[lo:hi])
             backend.wait("comm", backend.record("work"))
-            comm.exchange(*_pairs(backend, P, r, subs, outgoing, asked_start, asked, incoming,
-                                  in_start, remote), backend.stream("comm"))
+            sends, recvs = _pairs(backend, P, r, subs, outgoing, asked_start, asked, incoming,
+                                  in_start, remote)
+            comm.exchange(sends, recvs, backend.stream("comm"))
             pending.append(backend.record("comm"))
         if j >= 1:  # the previous round into the caller's order, once its rows are in
             backend.wait("work", pending[j - 1])

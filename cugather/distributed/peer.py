@@ -205,9 +205,9 @@ class PeerGather:
             if bound.check is not None:
                 pos = first_bad_position(bound, ptr(indices), sptr)
                 if pos is not None:
-                    e = bound.plan.index_error(pos, backend.index_value(indices, pos),
-                                               indices.shape)
-                    raise IndexError(f"{self._where()}{e}")
+                    err = bound.plan.index_error(pos, backend.index_value(indices, pos),
+                                                 indices.shape)
+                    raise IndexError(f"{self._where()}{err}")
             if bound.main is not None:  # ShardedArgs lead with the indices and out
                 bound.main.launch((ptr(indices), ptr(out)), sptr)
         return out

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 
 __all__ = ["main", "worker_env", "free_port"]
 
@@ -37,7 +38,7 @@ def free_port(addr: str) -> int:
         return s.getsockname()[1]
 
 
-def worker_env(base: dict, *, rank: int, local_rank: int, nproc: int, nnodes: int,
+def worker_env(base: Mapping[str, str], *, rank: int, local_rank: int, nproc: int, nnodes: int,
                node_rank: int, addr: str, port: int, token: str) -> dict:
     """The environment of one worker (torchrun's variables, plus the job token)."""
     env = dict(base)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Optional
+from typing import Any, Optional
 
 import numpy
 
@@ -22,7 +22,7 @@ from . import peer as _peer
 __all__ = ["describe", "parse", "check_records", "map_peers", "host_identity"]
 
 _VERSION = 1
-_FIELDS = {"v": int, "rows": int, "row_shape": list, "dtype": (str, list), "device": int,
+_FIELDS: dict[str, Any] = {"v": int, "rows": int, "row_shape": list, "dtype": (str, list), "device": int,
            "bus": str, "host": str, "nccl": bool, "error": (str, type(None)),
            "ipc": (list, type(None)), "ptr": int, "why": str}
 
@@ -96,7 +96,8 @@ def map_peers(comm, records: list, local: bool) -> tuple:
     """
     cp = _arrays.cupy_module()
     rt = cp.cuda.runtime
-    bases, opened = [], []
+    bases: list[int] = []
+    opened: list[Any] = []
     try:
         if local:
             peers = [rec["device"] for q, rec in enumerate(records) if q != comm.rank and rec["rows"]]

@@ -28,6 +28,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Optional
 
 __all__ = ["StoreServer", "StoreClient", "StoreError", "MAX_KEY", "MAX_VALUE"]
 
@@ -119,7 +120,7 @@ class StoreServer:
         self._token, self._io_timeout = token, io_timeout
         self._data: dict = {}
         self._cond = threading.Condition()
-        self._failure = None
+        self._failure: Optional[str] = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cugather-store", daemon=True)
         self._thread.start()

@@ -11,6 +11,7 @@ indices, through NCCL (:mod:`.exchange`) or peer reads (:mod:`.peer`).
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 from .. import validate as _arrays
 from ..validate import GATHER_MODES, TAKE_MODES
@@ -73,7 +74,7 @@ class _Rank:
             raise ValueError("transport='nccl' needs NCCL on every rank (init(nccl=True))")
         else:
             self.transport, self.reason = transport, "requested"
-        self._peer = (PeerGather(bases, self.offsets, self.row_shape, self.dtype, self.device,
+        self._peer: Optional[PeerGather] = (PeerGather(bases, self.offsets, self.row_shape, self.dtype, self.device,
                                  comm.rank) if ready else None)
         self._side = None
 
@@ -108,6 +109,9 @@ class _Rank:
 
     def run(self, transport: str, idx, out, kernel_mode: str, fill_value, rounds: int):
         if transport == "p2p":
+            if self._peer is None:
+                raise ValueError(f"transport='p2p' needs peer access to every shard: "
+                                 f"{self.facts.why_not_peer}")
             return self._peer(idx, mode=kernel_mode, fill_value=fill_value, out=out)
         cp = _arrays.cupy_module()
         if self._side is None:
