@@ -10,7 +10,7 @@ without it.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import numpy
 
@@ -29,10 +29,14 @@ TAKE_MODES = ("raise", "wrap", "clip")
 INDEX_DTYPES = (numpy.dtype(numpy.int32), numpy.dtype(numpy.int64))
 _DLPACK_GPU = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
-_cupy = None
+_cupy: Any = None
+
+#: CuPy arrays and modules carry no type information.
+Array = Any
+Shape = Tuple[int, ...]
 
 
-def cupy_module():
+def cupy_module() -> Any:
     """The cupy module, imported on first use."""
     global _cupy
     if _cupy is None:
@@ -46,32 +50,32 @@ def cupy_module():
     return _cupy
 
 
-_ndarray = None
+_ndarray: Any = None
 
 
-def cupy_ndarray():
+def cupy_ndarray() -> Any:
     """``cupy.ndarray`` (looked up once: the type checks of every call use it)."""
     return _ndarray or _load_ndarray()
 
 
-def _load_ndarray():
+def _load_ndarray() -> Any:
     global _ndarray
     _ndarray = cupy_module().ndarray
     return _ndarray
 
 
-def check_mode(mode, allowed, argname: str = "mode") -> str:
+def check_mode(mode: object, allowed: Tuple[str, ...], argname: str = "mode") -> str:
     if not isinstance(mode, str) or mode not in allowed:
         raise ValueError(f"{argname} must be one of {allowed}, got {mode!r}")
     return mode
 
 
-def _type_name(obj) -> str:
+def _type_name(obj: object) -> str:
     t = type(obj)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
 
 
-def _device_array(cp, obj):
+def _device_array(cp: Any, obj: Any) -> Optional[Array]:
     """Zero-copy CuPy view of a GPU array from another library, or None."""
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         if obj.__dlpack_device__()[0] in _DLPACK_GPU:
@@ -82,7 +86,7 @@ def _device_array(cp, obj):
     return None
 
 
-def as_data(obj, argname: str = "data"):
+def as_data(obj: object, argname: str = "data") -> Array:
     """``obj`` as a cupy.ndarray without copying, or TypeError."""
     cp = cupy_module()
     if isinstance(obj, cp.ndarray):
@@ -96,7 +100,8 @@ def as_data(obj, argname: str = "data"):
     return arr
 
 
-def index_dtype(dtype: numpy.dtype, allow_bool: bool, argname: str = "indices") -> numpy.dtype:
+def index_dtype(dtype: numpy.dtype[Any], allow_bool: bool,
+                argname: str = "indices") -> numpy.dtype[Any]:
     """The int32/int64 dtype indices of ``dtype`` are used as."""
     if dtype in INDEX_DTYPES:
         return dtype
@@ -108,7 +113,8 @@ def index_dtype(dtype: numpy.dtype, allow_bool: bool, argname: str = "indices") 
     return INDEX_DTYPES[0] if dtype.itemsize < 4 else INDEX_DTYPES[1]
 
 
-def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "indices"):
+def as_indices(obj: object, device: int, *, allow_bool: bool = False,
+               argname: str = "indices") -> Array:
     """``obj`` as a C-contiguous int32/int64 cupy.ndarray on ``device``.
 
     CuPy int32/int64 arrays that are C-contiguous pass through untouched; host
@@ -138,7 +144,7 @@ def as_indices(obj, device: int, *, allow_bool: bool = False, argname: str = "in
     return arr
 
 
-def is_gpu_array(obj) -> bool:
+def is_gpu_array(obj: Any) -> bool:
     """Whether ``obj`` exposes device memory (CUDA array interface or a GPU DLPack device)."""
     if hasattr(obj, "__cuda_array_interface__"):
         return True
@@ -150,7 +156,7 @@ def is_gpu_array(obj) -> bool:
     return False
 
 
-def check_fill(fill_value) -> numpy.ndarray:
+def check_fill(fill_value: object) -> numpy.ndarray[Any, Any]:
     """``fill_value`` as a 0-d NumPy array, or TypeError/ValueError."""
     value = numpy.asarray(fill_value)
     if value.dtype.kind not in "biufc":
@@ -161,7 +167,7 @@ def check_fill(fill_value) -> numpy.ndarray:
     return value
 
 
-def fill_bytes(fill_value, dtype: numpy.dtype) -> bytes:
+def fill_bytes(fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
     """The bytes of ``fill_value`` as one element of ``dtype``, checked."""
     value = check_fill(fill_value)
     kind = dtype.kind
@@ -180,7 +186,7 @@ def fill_bytes(fill_value, dtype: numpy.dtype) -> bytes:
     return numpy.array(value if kind == "c" else real, dtype=dtype).tobytes()
 
 
-def extent(arr, pointer=None) -> tuple:
+def extent(arr: Array, pointer: Optional[Callable[[Array], int]] = None) -> Tuple[int, int]:
     """[low, high) byte addresses an array touches (``pointer(arr)`` its address;
     default a CuPy array's)."""
     lo = hi = arr.data.ptr if pointer is None else pointer(arr)
@@ -194,7 +200,8 @@ def extent(arr, pointer=None) -> tuple:
     return (lo, hi + arr.itemsize)
 
 
-def check_out(out, shape: tuple, dtype: numpy.dtype, device: int, inputs: dict, backend=None):
+def check_out(out: object, shape: Shape, dtype: numpy.dtype[Any], device: int,
+              inputs: Dict[str, Array], backend: Any = None) -> Array:
     """Validate ``out=``: type, shape, dtype, layout, device, no overlap.
 
     ``backend`` supplies the array type, devices and addresses (default CuPy's).
@@ -224,11 +231,11 @@ def check_out(out, shape: tuple, dtype: numpy.dtype, device: int, inputs: dict, 
     return out
 
 
-def _cupy_device(arr) -> int:
-    return arr.data.device_id
+def _cupy_device(arr: Array) -> int:
+    return int(arr.data.device_id)
 
 
-def current_stream(stream):
+def current_stream(stream: object) -> Any:
     """Context manager making ``stream`` CuPy's current stream, so that index
     conversions and copies run on it too (not only the kernel)."""
     cp = cupy_module()
@@ -237,11 +244,11 @@ def current_stream(stream):
     return cp.cuda.ExternalStream(stream_pointer(stream))
 
 
-def stream_pointer(stream) -> int:
+def stream_pointer(stream: object) -> int:
     """Raw cudaStream_t of ``stream`` (None: CuPy's current stream)."""
     cp = cupy_module()
     if stream is None:
-        return cp.cuda.get_current_stream().ptr
+        return int(cp.cuda.get_current_stream().ptr)
     ptr = getattr(stream, "ptr", None)
     if ptr is None:
         ptr = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
@@ -257,7 +264,7 @@ def stream_pointer(stream) -> int:
 _AXIS_ERROR = getattr(getattr(numpy, "exceptions", numpy), "AxisError")
 
 
-def normalize_axis(axis, ndim: int, argname: str = "axis") -> int:
+def normalize_axis(axis: object, ndim: int, argname: str = "axis") -> int:
     """``axis`` in ``[0, ndim)``, or TypeError / numpy's AxisError."""
     if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
         raise TypeError(f"{argname} must be an integer, got {type(axis).__name__} {axis!r}")
@@ -267,13 +274,13 @@ def normalize_axis(axis, ndim: int, argname: str = "axis") -> int:
     return axis % ndim
 
 
-def check_data_dtype(dtype, argname: str = "data") -> numpy.dtype:
+def check_data_dtype(dtype: Any, argname: str = "data") -> numpy.dtype[Any]:
     """The dtypes a GPU array can hold: booleans, integers, floats, complex."""
-    dtype = numpy.dtype(dtype)
-    if dtype.kind not in "biufc":
+    dt: numpy.dtype[Any] = numpy.dtype(dtype)
+    if dt.kind not in "biufc":
         raise TypeError(f"{argname} must have a boolean, integer, floating or complex dtype, "
-                        f"got {dtype}")
-    return dtype
+                        f"got {dt}")
+    return dt
 
 
 # ---------------------------------------------------------------- geometry
@@ -285,13 +292,13 @@ class Geometry(NamedTuple):
     """
 
     op: str              # "gather", "take", "elements", "along", "nd"
-    backend: object      # where kernels run (cugather.runtime.launch.CUDA)
+    backend: Any         # where kernels run (cugather.runtime.launch.CUDA)
     device: int
-    data_shape: tuple
-    data_strides: tuple
-    dtype: numpy.dtype
-    indices_shape: tuple
-    index_dtype: numpy.dtype
+    data_shape: Shape
+    data_strides: Shape
+    dtype: numpy.dtype[Any]
+    indices_shape: Shape
+    index_dtype: numpy.dtype[Any]
     data_align: int      # largest power of two (<= 256) dividing data's address
     out_align: int       # the same for out= (256 without one)
     axis: int            # normalised gather axis; batch_dims for GatherND
@@ -302,8 +309,8 @@ class Geometry(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-def geometry(op: str, backend, device: int, data, indices, data_ptr: int, out_ptr: int,
-             axis: int, mode: str, fill=None) -> Geometry:
+def geometry(op: str, backend: object, device: int, data: Array, indices: Array, data_ptr: int,
+             out_ptr: int, axis: int, mode: str, fill: object = None) -> Geometry:
     """The :class:`Geometry` of a call on validated arrays (``out_ptr`` 0 without out=).
 
     Built without NamedTuple's argument parsing: this runs on every call.
@@ -314,19 +321,19 @@ def geometry(op: str, backend, device: int, data, indices, data_ptr: int, out_pt
         256 if not out_ptr & 255 else out_ptr & -out_ptr, axis, mode, fill))
 
 
-def out_pointer(out, backend) -> int:
+def out_pointer(out: object, backend: Any) -> int:
     """``out``'s address, or 0 when it is None or not an array of ``backend``
     (check_out reports the latter)."""
     return backend.pointer(out) if isinstance(out, backend.array_type) else 0
 
 
-def geometry_of(geo: Geometry, data) -> Geometry:
+def geometry_of(geo: Geometry, data: Array) -> Geometry:
     """``geo`` with ``data`` (a copy of the original) in place of the original."""
     return geo._replace(data_shape=data.shape, data_strides=data.strides,
                         data_align=alignment(geo.backend.pointer(data)))
 
 
-def fill_token(fill_value):
+def fill_token(fill_value: Any) -> object:
     """A hashable stand-in for ``fill_value`` made of its bytes (``-0.0`` is not
     ``0.0``, ``1`` is not ``True``'s numpy bool), or None when unhashable."""
     t = type(fill_value)

@@ -9,7 +9,7 @@ host synchronisation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy
 
@@ -19,6 +19,7 @@ from ..plan.elements import along_axis_shape, elements_shape, plan_elements
 from ..runtime.cache import CacheInfo
 from ..runtime.launch import CUDA
 from ..runtime.op import OpRuntime
+from ..validate import Array
 
 __all__ = ["gather_elements", "take_along_axis", "run", "plan_for", "cache_info", "cache_clear"]
 
@@ -26,7 +27,7 @@ _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 _SHAPE_RULES = {"elements": elements_shape, "along": along_axis_shape}
 
 
-def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force) -> Plan:
+def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force: Any) -> Plan:
     """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs)."""
     out_shape = _SHAPE_RULES[geo.op](geo.data_shape, geo.indices_shape, geo.axis)
     data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
@@ -48,8 +49,8 @@ def cache_clear() -> int:
     return _RUNTIME.clear()
 
 
-def run(op: str, data, indices, axis, out, mode: str, fill_value, stream, device: int,
-        backend):
+def run(op: str, data: Array, indices: Array, axis: Any, out: Optional[Array], mode: str,
+        fill_value: Any, stream: Any, device: int, backend: Any) -> Array:
     """GatherElements (``op="elements"``) or take_along_axis (``op="along"``) on
     arrays already validated for ``backend``: geometry, runtime, launch."""
     if type(axis) is not int or not -data.ndim <= axis < data.ndim:
@@ -62,7 +63,8 @@ def run(op: str, data, indices, axis, out, mode: str, fill_value, stream, device
     return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
 
 
-def _call(op, data, indices, axis, out, mode, fill_value, stream):
+def _call(op: str, data: Array, indices: Any, axis: Any, out: Optional[Array], mode: str,
+          fill_value: Any, stream: Any) -> Array:
     if stream is not None:  # conversions and copies run on it too
         with validate.current_stream(stream):
             return _call(op, data, indices, axis, out, mode, fill_value, None)
@@ -74,8 +76,8 @@ def _call(op, data, indices, axis, out, mode, fill_value, stream):
     return run(op, data, indices, axis, out, mode, fill_value, stream, device, CUDA)
 
 
-def gather_elements(data, indices, axis: int = 0, *, out=None, mode: str = "raise",
-                    fill_value: Any = 0, stream=None):
+def gather_elements(data: Any, indices: Any, axis: int = 0, *, out: Optional[Array] = None,
+                    mode: str = "raise", fill_value: Any = 0, stream: Any = None) -> Array:
     """ONNX ``GatherElements`` (``torch.gather``): pick one element per index.
 
     ``out[i][j][k] = data[indices[i][j][k]][j][k]`` for ``axis=0``, and
@@ -131,7 +133,7 @@ def gather_elements(data, indices, axis: int = 0, *, out=None, mode: str = "rais
     return _call("elements", data, indices, axis, out, mode, fill_value, stream)
 
 
-def take_along_axis(arr, indices, axis=-1):
+def take_along_axis(arr: Any, indices: Any, axis: Optional[int] = -1) -> Array:
     """``numpy.take_along_axis`` for CuPy arrays, in one kernel launch.
 
     Parameters

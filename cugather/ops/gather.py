@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import numpy
 
@@ -20,6 +20,7 @@ from ..plan.gather import GatherPlan, plan_gather
 from ..runtime.cache import CacheInfo
 from ..runtime.launch import CUDA
 from ..runtime.op import OpRuntime
+from ..validate import Array
 
 __all__ = ["GatherOp", "gather", "take", "take_op", "run"]
 
@@ -52,15 +53,15 @@ class GatherOp:
     """
 
     # ONNX Gather: every index is checked, integer indices only, 0-d data refused.
-    _MODES = validate.GATHER_MODES
-    _KERNEL_MODES = {m: m for m in validate.GATHER_MODES}
+    _MODES: ClassVar[Tuple[str, ...]] = validate.GATHER_MODES
+    _KERNEL_MODES: ClassVar[Dict[str, str]] = {m: m for m in validate.GATHER_MODES}
     _OP = "gather"
     _DATA = "data"
     _ALLOW_BOOL = False
     _CHECK_UNREAD = True
 
     def __init__(self, axis: int = 0, *, mode: str = "raise", fill_value: Any = 0,
-                 cache_size: int = 256):
+                 cache_size: int = 256) -> None:
         validate.check_mode(mode, self._MODES)
         if isinstance(axis, bool) or not isinstance(axis, (int, numpy.integer)):
             raise TypeError(f"axis must be an integer, got {type(axis).__name__} {axis!r}")
@@ -88,13 +89,13 @@ class GatherOp:
 
     # ------------------------------------------------------------ planning
     def _plan_geometry(self, geo: validate.Geometry, limits: DeviceLimits,
-                       **force) -> GatherPlan:
+                       **force: Any) -> GatherPlan:
         data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
         return plan_gather(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
                            out_align=geo.out_align, limits=limits,
                            check_unread=self._CHECK_UNREAD, **force)
 
-    def plan(self, data, indices, **force) -> GatherPlan:
+    def plan(self, data: Any, indices: Any, **force: Any) -> GatherPlan:
         """The plan a call with these operands would use; launches nothing.
 
         ``data`` and ``indices`` may be arrays (NumPy or CuPy; indices also an
@@ -117,11 +118,12 @@ class GatherOp:
                                 self._kernel_mode, None)
         return self._plan_geometry(geo, DeviceLimits(), **force)
 
-    def _zero_d(self, data):
+    def _zero_d(self, data: Any) -> Any:
         raise ValueError(f"{self._DATA} must have at least one dimension, got a 0-d array")
 
     # ------------------------------------------------------------ call
-    def __call__(self, data, indices, *, out=None, stream=None):
+    def __call__(self, data: Any, indices: Any, *, out: Optional[Array] = None,
+                 stream: Any = None) -> Array:
         ndarray = validate.cupy_ndarray()
         if (stream is None and type(data) is ndarray and type(indices) is ndarray
                 and (indices.dtype is _I64 or indices.dtype is _I32) and indices._c_contiguous):
@@ -140,7 +142,7 @@ class GatherOp:
                 return self._call(data, indices, out, stream)
         return self._call(data, indices, out, None)
 
-    def _call(self, data, indices, out, stream):
+    def _call(self, data: Any, indices: Any, out: Optional[Array], stream: Any) -> Array:
         ndarray = validate.cupy_ndarray()
         if type(data) is not ndarray:
             data = validate.as_data(data, self._DATA)
@@ -164,18 +166,19 @@ class _TakeOp(GatherOp):
     _ALLOW_BOOL = True
     _CHECK_UNREAD = False
 
-    def _zero_d(self, data):
+    def _zero_d(self, data: Any) -> Any:
         if isinstance(data, Operand):
             return Operand((1,), (data.itemsize,), data.itemsize, data.align)
         return data.reshape(1)
 
 
-def take_op(axis, mode: str, cache_size: int = 256) -> GatherOp:
+def take_op(axis: int, mode: str, cache_size: int = 256) -> GatherOp:
     """A GatherOp with numpy.take's semantics (what :func:`take` runs)."""
     return _TakeOp(axis, mode=mode, cache_size=cache_size)
 
 
-def run(op: GatherOp, data, indices, out, stream, device: int, backend):
+def run(op: GatherOp, data: Array, indices: Array, out: Optional[Array], stream: Any,
+        device: int, backend: Any) -> Array:
     """``op`` on arrays already validated for ``backend``: geometry, runtime, launch."""
     nd = data.ndim
     axis = op.axis
@@ -186,7 +189,7 @@ def run(op: GatherOp, data, indices, out, stream, device: int, backend):
     return op._runtime.run(geo, data, indices, out, stream, op.fill_value)
 
 
-def _describe(obj, argname: str):
+def _describe(obj: Any, argname: str) -> Tuple[Operand, numpy.dtype[Any]]:
     """(Operand, dtype) of an array, or of a ``(shape, dtype)`` pair."""
     if isinstance(obj, tuple) and len(obj) == 2 and not hasattr(obj, "shape"):
         shape, dtype = obj
@@ -204,7 +207,7 @@ def _describe(obj, argname: str):
                    validate.alignment(ptr) if ptr else 256), dtype
 
 
-def _describe_indices(obj):
+def _describe_indices(obj: Any) -> Tuple[Tuple[int, ...], numpy.dtype[Any]]:
     """(shape, dtype) of indices given as an array, a pair, an int or a sequence."""
     if isinstance(obj, tuple) and len(obj) == 2 and not hasattr(obj, "shape") and (
             isinstance(obj[0], (tuple, list, int)) and not isinstance(obj[1], (int, float))):
@@ -221,12 +224,12 @@ def _describe_indices(obj):
 
 
 # ---------------------------------------------------------------- functions
-_ops: OrderedDict = OrderedDict()  # the ops gather() and take() share, least recent first
+_ops: OrderedDict[Any, GatherOp] = OrderedDict()  # the ops gather() and take() share, least recent first
 _ops_lock = threading.Lock()
 _MAX_SHARED_OPS = 64
 
 
-def _shared_op(cls, axis, mode: str, fill_value) -> GatherOp:
+def _shared_op(cls: Type[GatherOp], axis: Any, mode: str, fill_value: Any) -> GatherOp:
     """The op the functions share for these settings (a bounded registry)."""
     key = (cls, type(axis), axis, mode, validate.fill_token(fill_value))
     try:
@@ -244,8 +247,8 @@ def _shared_op(cls, axis, mode: str, fill_value) -> GatherOp:
     return op
 
 
-def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise",
-           fill_value: Any = 0, stream=None):
+def gather(data: Any, indices: Any, axis: int = 0, *, out: Optional[Array] = None,
+           mode: str = "raise", fill_value: Any = 0, stream: Any = None) -> Array:
     """ONNX ``Gather``: entries of ``data`` along ``axis`` at ``indices``.
 
     Parameters
@@ -283,7 +286,8 @@ def gather(data, indices, axis: int = 0, *, out=None, mode: str = "raise",
     return _shared_op(GatherOp, axis, mode, fill_value)(data, indices, out=out, stream=stream)
 
 
-def take(a, indices, axis: Optional[int] = None, out=None, mode: str = "raise"):
+def take(a: Any, indices: Any, axis: Optional[int] = None, out: Optional[Array] = None,
+         mode: str = "raise") -> Array:
     """``numpy.take`` for CuPy arrays.
 
     Parameters

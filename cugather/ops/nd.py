@@ -8,7 +8,7 @@ synchronisation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy
 
@@ -18,13 +18,14 @@ from ..plan.nd import plan_nd
 from ..runtime.cache import CacheInfo
 from ..runtime.launch import CUDA
 from ..runtime.op import OpRuntime
+from ..validate import Array
 
 __all__ = ["gather_nd", "run", "plan_for", "cache_info", "cache_clear"]
 
 _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 
 
-def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force) -> Plan:
+def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force: Any) -> Plan:
     """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs)."""
     data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
     return plan_nd(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
@@ -44,15 +45,15 @@ def cache_clear() -> int:
     return _RUNTIME.clear()
 
 
-def _check_batch_dims(batch_dims) -> int:
+def _check_batch_dims(batch_dims: object) -> int:
     if isinstance(batch_dims, bool) or not isinstance(batch_dims, (int, numpy.integer)):
         raise TypeError(f"batch_dims must be an integer, got {type(batch_dims).__name__} "
                         f"{batch_dims!r}")
     return int(batch_dims)  # the range is checked with the shapes
 
 
-def run(data, indices, batch_dims: int, out, mode: str, fill_value, stream, device: int,
-        backend):
+def run(data: Array, indices: Array, batch_dims: int, out: Optional[Array], mode: str,
+        fill_value: Any, stream: Any, device: int, backend: Any) -> Array:
     """GatherND on arrays already validated for ``backend``: geometry, runtime, launch."""
     if type(fill_value) is not int:
         validate.check_fill(fill_value)
@@ -62,8 +63,8 @@ def run(data, indices, batch_dims: int, out, mode: str, fill_value, stream, devi
     return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
 
 
-def gather_nd(data, indices, batch_dims: int = 0, *, out=None, mode: str = "raise",
-              fill_value: Any = 0, stream=None):
+def gather_nd(data: Any, indices: Any, batch_dims: int = 0, *, out: Optional[Array] = None,
+              mode: str = "raise", fill_value: Any = 0, stream: Any = None) -> Array:
     """ONNX ``GatherND``: slices of ``data`` addressed by index tuples.
 
     With ``b = batch_dims`` and ``m = indices.shape[-1]``, every index tuple

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from cugather.env import nvrtc_available
+from cugather.env import nvrtc_problem
 
 from . import build
 
-_REASONS = {"nvrtc": nvrtc_available, "hostsim": build.no_compiler_reason}
+_REASONS = {"nvrtc": nvrtc_problem, "hostsim": build.no_compiler_reason}
 
 
 @pytest.mark.parametrize("tier", sorted(_REASONS))

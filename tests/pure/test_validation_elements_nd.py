@@ -1,6 +1,8 @@
 """Argument checks of gather_elements / take_along_axis / gather_nd that need
 no GPU: they fail before any device work, naming the argument and value."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,10 @@ def test_batch_dims_must_be_an_integer(batch_dims):
 
 
 def test_host_data_is_rejected_with_advice():
+    if importlib.util.find_spec("cupy") is None:  # nothing can run: say what to install
+        with pytest.raises(ImportError, match=r"needs CuPy.*pip install 'cugather\[cuda12\]'"):
+            cugather.gather_elements(np.zeros((3, 2)), [[0, 1]])
+        return
     with pytest.raises(TypeError, match=r"data must be a cupy.ndarray .*numpy.ndarray"):
         cugather.gather_elements(np.zeros((3, 2)), [[0, 1]])
     with pytest.raises(TypeError, match=r"data must be a cupy.ndarray .*list"):
