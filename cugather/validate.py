@@ -21,7 +21,7 @@ __all__ = [
     "out_pointer",
     "cupy_module", "cupy_ndarray", "check_mode", "normalize_axis", "as_data", "as_indices", "index_dtype",
     "check_data_dtype", "is_gpu_array", "check_fill", "fill_bytes", "fill_token", "check_out",
-    "current_stream", "stream_pointer", "alignment", "extent",
+    "current_stream", "external_stream", "stream_pointer", "alignment", "extent",
 ]
 
 GATHER_MODES = ("raise", "wrap", "clip", "fill")
@@ -241,7 +241,24 @@ def current_stream(stream: object) -> Any:
     cp = cupy_module()
     if isinstance(stream, cp.cuda.Stream):  # ExternalStream included
         return stream
-    return cp.cuda.ExternalStream(stream_pointer(stream))
+    return external_stream(cp, stream_pointer(stream))
+
+
+class _StreamHandle:
+    """A raw ``cudaStream_t`` behind the CUDA stream protocol."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> Tuple[int, int]:
+        return (0, self.ptr)
+
+
+def external_stream(cp: Any, ptr: int) -> Any:
+    """A CuPy stream object for the raw stream ``ptr`` (not owned: never destroyed)."""
+    if hasattr(cp.cuda.Stream, "from_external"):  # CuPy 14 deprecates ExternalStream
+        return cp.cuda.Stream.from_external(_StreamHandle(ptr))
+    return cp.cuda.ExternalStream(ptr)
 
 
 def stream_pointer(stream: object) -> int:

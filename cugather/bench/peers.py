@@ -19,6 +19,8 @@ import time
 
 import numpy
 
+from ..validate import external_stream
+
 __all__ = ["ORT_STYLE_SOURCE", "HOLD_SOURCE", "Samples", "ort_style_kernel", "time_cupy",
            "time_torch", "time_jax", "host_time"]
 
@@ -169,7 +171,7 @@ def time_torch(torch, fn, repeat: int, warmup: int = 3, hold: bool = True) -> Sa
     import cupy as cp
 
     ts = torch.cuda.current_stream()
-    ext = cp.cuda.ExternalStream(ts.cuda_stream)
+    ext = external_stream(cp, ts.cuda_stream)
 
     def launch_hold(ns):
         with ext:

@@ -25,8 +25,8 @@ from .diskcache import (ENTRY_SUFFIX, cache_dir, disk_entries, entry_path, load_
                          read_entry, write_entry)
 from ..plan.keys import KernelKey
 from .nvrtc import (BASE_OPTIONS, CacheEntryError, CacheWarning, CompiledKernel, CompileError,
-                     _as_bytes, _nvrtc, _whole_cubin, elf_extent, nvrtc_options, nvrtc_version,
-                     parse_ptxas)
+                     _as_bytes, _nvrtc, _whole_cubin, cubin_registers, elf_extent, nvrtc_options,
+                     nvrtc_version, parse_ptxas)
 
 # Re-exported: the compiler is where the rest of cugather looks these up.
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "compile_source", "compile_key", "load_kernel", "cache_dir", "stats", "clear",
     "BASE_OPTIONS", "ENTRY_SUFFIX", "disk_entries", "entry_path", "read_entry",
     "loaded_kernels", "compiled_kernels", "nvrtc_options", "nvrtc_version", "parse_ptxas",
-    "elf_extent", "arch_for_device", "_whole_cubin",
+    "elf_extent", "cubin_registers", "arch_for_device", "_whole_cubin",
 ]
 
 
@@ -130,6 +130,8 @@ def compile_source(source: Source, arch: str = "sm_90", options: tuple = ()) -> 
             _ptxas_reports[ident] = (log, report)
         elif real and ident in _ptxas_reports:
             log, report = _ptxas_reports[ident]
+    if real and report["registers"] is None:  # no report at all: the cubin still says
+        report["registers"] = cubin_registers(binary, source.entry)
     return CompiledKernel(source, arch, tuple(options), binary, "cubin" if real else "ptx",
                           log, seconds, **report, ptx=ptx)
 

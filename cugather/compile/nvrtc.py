@@ -15,7 +15,8 @@ from .render import Source
 from ..plan.keys import KernelKey
 
 __all__ = ["BASE_OPTIONS", "CompileError", "CacheWarning", "CacheEntryError",
-           "CompiledKernel", "nvrtc_version", "nvrtc_options", "parse_ptxas", "elf_extent"]
+           "CompiledKernel", "nvrtc_version", "nvrtc_options", "parse_ptxas", "elf_extent",
+           "cubin_registers"]
 
 BASE_OPTIONS = ("--std=c++17",)
 
@@ -99,6 +100,54 @@ def parse_ptxas(log: str) -> dict:
         m = pattern.search(log)
         found[name] = int(m.group(1)) if m else None
     return found
+
+
+_EIATTR_REGCOUNT = 0x2F
+_EIFMT_SVAL = 0x04
+
+
+def cubin_registers(image: bytes, entry: str) -> Optional[int]:
+    """Registers per thread of kernel ``entry``, read from the cubin (its
+    ``.nv.info`` attributes); None if ``image`` is not an ELF64 cubin that says.
+
+    The ptxas report is the usual source; this one holds when NVRTC skipped
+    ptxas for a program it had compiled before.
+    """
+    if elf_extent(image) is None:
+        return None
+    try:
+        shoff, = struct.unpack_from("<Q", image, 40)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 58)
+        sections = [struct.unpack_from("<IIQQQQII", image, shoff + i * shentsize)
+                    for i in range(shnum)]
+        names_at = sections[shstrndx][4]
+
+        def cstr(at: int) -> str:
+            return image[at:image.index(b"\0", at)].decode()
+
+        symbols: list = []
+        for _name, kind, _flags, _addr, off, size, link, _info in sections:
+            if kind == 2:  # SHT_SYMTAB: 24-byte entries, names in section `link`
+                strtab = sections[link][4]
+                symbols = [cstr(strtab + struct.unpack_from("<I", image, at)[0])
+                           for at in range(off, off + size, 24)]
+        for name, _kind, _flags, _addr, off, size, _link, _info in sections:
+            if cstr(names_at + name) != ".nv.info":
+                continue
+            at, end = off, off + size
+            while at + 4 <= end:  # records: format, attribute, then a u16 (size or value)
+                fmt, attr, half = struct.unpack_from("<BBH", image, at)
+                at += 4
+                if fmt != _EIFMT_SVAL:
+                    continue
+                if attr == _EIATTR_REGCOUNT and half == 8:
+                    sym, count = struct.unpack_from("<II", image, at)
+                    if sym < len(symbols) and symbols[sym] == entry:
+                        return int(count)
+                at += half
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def _as_bytes(value) -> bytes:

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -202,12 +203,18 @@ def job_graph(comm, ranks, report, transports):
         report.check("p2p gather captured in a CUDA graph", one)
 
 
+TIMEOUT_JOB_SECONDS = 20  # the communicator timeout of the "timeout" job
+
+
 def job_timeout(comm, ranks, report, transports):
     full, offsets = _table("timeout", (10, 10), (4,), "int32", ranks.size, seed=9)
     table = ranks.table(_shards(ranks, full, offsets), comm)
 
     def one():
         if comm.rank == comm.size - 1:
+            # Alive but absent: past the others' timeout (20 s), so that they
+            # time out rather than see this process exit (a ConnectionError).
+            time.sleep(TIMEOUT_JOB_SECONDS + 10)
             return "skipped the call"
         try:
             table.gather(np.arange(5), mode="wrap", transport="nccl")
@@ -316,7 +323,8 @@ def main(argv=None) -> int:
     else:
         shared = args.job == "shared"
         device = int(os.environ["LOCAL_RANK"]) % cp.cuda.runtime.getDeviceCount()
-        comm = cgd.init(device=device, nccl=not shared, timeout=20 if args.job == "timeout" else 60)
+        comm = cgd.init(device=device, nccl=not shared,
+                        timeout=TIMEOUT_JOB_SECONDS if args.job == "timeout" else 60)
         ranks, report = ProcessRanks(comm), Report(args.job, comm.rank, args.outdir)
         JOBS[args.job](comm, ranks, report, ["p2p"] if shared else transports)
         report.write()

@@ -89,12 +89,14 @@ def test_runs_on_the_stream_argument(name, mode):
 
 @pytest.mark.parametrize("name", [n for n in g.WITH_STREAM])
 @pytest.mark.parametrize("index_kind", ["int16 device", "strided int64 device", "numpy int32"])
-def test_stream_argument_covers_index_conversion(name, index_kind):
+@pytest.mark.parametrize("as_handle", [False, True], ids=["Stream", "raw handle"])
+def test_stream_argument_covers_index_conversion(name, index_kind, as_handle):
     """Indices that need converting: the copy must be ordered before the gather on ``stream=``.
 
     The current stream is held busy; the gather's own stream is idle.  A
     conversion queued on the busy stream would still be pending when the
-    gather on ``stream=`` reads its result.
+    gather on ``stream=`` reads its result.  ``stream=`` is a CuPy stream or
+    its raw ``cudaStream_t``.
     """
     _skip_missing(name)
     cp = g.cp()
@@ -114,7 +116,7 @@ def test_stream_argument_covers_index_conversion(name, index_kind):
     s = cp.cuda.Stream(non_blocking=True)
     with busy:
         g.spin(busy, SPIN_MS)
-        got = g.call(name, "wrap", dev, stream=s)
+        got = g.call(name, "wrap", dev, stream=s.ptr if as_handle else s)
     s.synchronize()
     result = got.get()
     busy.synchronize()

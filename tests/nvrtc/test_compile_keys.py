@@ -19,6 +19,7 @@ import re
 import pytest
 
 from cugather.compile.compiler import nvrtc_options, parse_ptxas
+from cugather.compile.nvrtc import cubin_registers
 from cugather.compile.render import render
 from cugather.plan.tuning import MAX_THREADS
 from cugather.plan.keys import all_kernel_keys
@@ -65,7 +66,7 @@ def _bounds_per_entry(ptx: str) -> dict:
 
 
 def _compile(keys, arch):
-    """(log, ptx) of the keys' rendered sources as one program, or pytest.fail."""
+    """(log, ptx, cubin) of the keys' rendered sources as one program, or pytest.fail."""
     from cupy_backends.cuda.libs import nvrtc
 
     text = "\n".join(render(k).text for k in keys)
@@ -78,9 +79,10 @@ def _compile(keys, arch):
                         pytrace=False)
         log = nvrtc.getProgramLog(prog).rstrip("\0")
         ptx = nvrtc.getPTX(prog)
+        cubin = nvrtc.getCUBIN(prog)
     finally:
         nvrtc.destroyProgram(prog)
-    return log, ptx.decode() if isinstance(ptx, bytes) else ptx
+    return log, ptx.decode() if isinstance(ptx, bytes) else ptx, bytes(cubin)
 
 
 def problems_of(entry: str, part: str, bounds) -> list:
@@ -109,13 +111,16 @@ def problems_of(entry: str, part: str, bounds) -> list:
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_variant_compiles_clean(variant, arch):
     keys = VARIANTS[variant]
-    log, ptx = _compile(keys, arch)
+    log, ptx, cubin = _compile(keys, arch)
     where = f"{variant} ({len(keys)} modes) for {arch}"
     assert "warning" not in log.lower(), f"NVRTC warned on {where}:\n{log}"
     parts, bounds = _log_per_entry(log), _bounds_per_entry(ptx)
     assert sorted(parts) == sorted(k.entry for k in keys), f"entries of {where}:\n{log}"
     problems = [p for k in keys for p in problems_of(k.entry, parts[k.entry], bounds.get(k.entry))]
     assert not problems, f"{where}:\n" + "\n".join(problems) + f"\n{log}"
+    # The cubin's own record of registers, used when NVRTC skips ptxas on a repeat.
+    from_cubin = {k.entry: cubin_registers(cubin, k.entry) for k in keys}
+    assert from_cubin == {e: parse_ptxas(parts[e])["registers"] for e in from_cubin}, where
 
 
 def test_the_criteria_can_fail():

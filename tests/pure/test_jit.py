@@ -118,6 +118,9 @@ def test_whole_cubin_restores_only_a_one_byte_shortfall():
     assert _compiler._whole_cubin(full) == full
     assert _compiler._whole_cubin(full[:-2]) == full[:-2]  # not ours to guess
     assert _compiler.elf_extent(b"PTX text") is None
+    # Without a symbol table or .nv.info there is no register count to read.
+    assert _compiler.cubin_registers(full, "cugather_rows") is None
+    assert _compiler.cubin_registers(b"PTX text", "cugather_rows") is None
 
 
 def test_sass_without_a_disassembler_says_what_is_missing(monkeypatch, tmp_path):
