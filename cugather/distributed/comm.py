@@ -155,6 +155,27 @@ class Communicator:
             finally:
                 nccl.groupEnd()
 
+    def connect(self) -> None:
+        """Set up NCCL's connections to every peer now, while every rank is in :func:`init`.
+
+        NCCL connects lazily, inside the first all-gather and the first
+        send/recv with each peer, and that setup waits on the host for the
+        peer with no bound of ours: a rank that never calls would hold the
+        others there.  Once connected, a collective only waits on the GPU,
+        where :func:`wait_event` bounds it by ``timeout``.
+        """
+        import cupy as cp
+
+        self.allgather_int64(cp.zeros(1, cp.int64))
+        peers = [q for q in range(self.size) if q != self.rank]
+        if peers:
+            out, got = cp.zeros(self.size, cp.uint8), cp.empty(self.size, cp.uint8)
+            stream = cp.cuda.get_current_stream()
+            self.exchange([(q, out[q:q + 1]) for q in peers], [(q, got[q:q + 1]) for q in peers],
+                          stream)
+            wait_event(stream.record(), self.timeout, f"rank {self.rank}'s first send/recv",
+                       lambda: self._abort("the first send/recv timed out"), self._cancelled)
+
     def barrier(self) -> None:
         """Wait (at most ``timeout`` s) until every rank arrives."""
         self.allgather_bytes(b"")
@@ -233,7 +254,10 @@ def init(*, device: Optional[int] = None, timeout: Optional[float] = None, nccl:
         if nccl:
             uid = _unique_id(host, env.rank)
             comm = _communicator(env.world_size, uid, env.rank)
-        return Communicator(env.rank, env.world_size, device, host, comm, timeout)
+        result = Communicator(env.rank, env.world_size, device, host, comm, timeout)
+        if comm is not None:
+            result.connect()
+        return result
     except BaseException:
         host.close()
         raise
