@@ -1,4 +1,4 @@
-"""Benchmark cases: the shapes the issue names, with the bytes each must move."""
+"""Benchmark cases: fixed shapes, each with the bytes it must move."""
 
 from __future__ import annotations
 

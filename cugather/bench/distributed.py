@@ -11,7 +11,7 @@ a Zipf-like skewed case (hot rows all on rank 0), and the p50 latency of
 4096 indices.  Anchors: ``cudaMemcpyPeerAsync`` of the remote bytes from
 each peer (every rank copying at once, as in the gather), one NCCL group of
 send/recv of exactly the bytes the gather moves, and single-GPU cugather on
-the same number of local rows.  Targets (issue 13): peer reads >= 85% of the
+the same number of local rows.  Targets: peer reads >= 85% of the
 peer-copy bandwidth on the remote share; NCCL end to end (host sync
 included) >= 70% of the bound its send/recv anchor implies.  Rank 0 writes
 ``distributed.json`` in ``--out`` and prints the table.

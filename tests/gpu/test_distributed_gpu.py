@@ -95,7 +95,7 @@ def test_a_missing_rank_times_out_instead_of_hanging(tmp_path):
 
 
 def test_more_processes_than_gpus_peer_reads_only(tmp_path):
-    """Issue 14's stand-in: 4 ranks on 2 GPUs (two per GPU, CUDA IPC within a GPU too)."""
+    """More ranks than GPUs: 4 ranks on 2 GPUs (two per GPU, CUDA IPC within a GPU too)."""
     _launch("shared", tmp_path, nproc=2 * GPUS)
 
 
