@@ -70,7 +70,8 @@ class Communicator:
         self.host, self._nccl, self.local = host, nccl_comm, local
         self._broken: Optional[str] = None
         self._pinned: Any = None
-        self._cancelled: Optional[Callable[[], bool]] = None  # single-process mode: another rank failed
+        # Single-process mode: whether another rank of the process failed.
+        self._cancelled: Optional[Callable[[], bool]] = None
 
     def __repr__(self):
         kind = "single-process" if self.local else "process"
