@@ -11,7 +11,7 @@ indices, through NCCL (:mod:`.exchange`) or peer reads (:mod:`.peer`).
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, cast
 
 from .. import validate as _arrays
 from ..validate import GATHER_MODES, TAKE_MODES
@@ -108,11 +108,9 @@ class _Rank:
         return idx, out
 
     def run(self, transport: str, idx, out, kernel_mode: str, fill_value, rounds: int):
-        if transport == "p2p":
-            if self._peer is None:
-                raise ValueError(f"transport='p2p' needs peer access to every shard: "
-                                 f"{self.facts.why_not_peer}")
-            return self._peer(idx, mode=kernel_mode, fill_value=fill_value, out=out)
+        if transport == "p2p":  # pick() refused p2p without peer reads
+            peer = cast(PeerGather, self._peer)
+            return peer(idx, mode=kernel_mode, fill_value=fill_value, out=out)
         cp = _arrays.cupy_module()
         if self._side is None:
             with cp.cuda.Device(self.device):

@@ -18,31 +18,11 @@ set -u
 LOG=${1:?usage: tests/tools/distributed_suite.sh LOGDIR}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python}
-mkdir -p "$LOG"
-LOG=$(cd "$LOG" && pwd)
-cd "$ROOT"
-# NVLink multicast stays off on shared machines (KINDS.md), in every child too.
+# NVLink multicast stays off (shared machines), in every child too.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-SUMMARY="$LOG/summary.txt"
-: > "$SUMMARY"
-failed=0
-suite_start=$(date +%s)
-
-note() { echo "$*" | tee -a "$SUMMARY"; }
-
-# step NAME SECONDS CMD...: run CMD with a time limit, log to LOGDIR/NAME.log
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local start=$(date +%s)
-    timeout --kill-after=15 "$limit" "$@" > "$LOG/$name.log" 2>&1
-    local rc=$?
-    local took=$(( $(date +%s) - start ))
-    [ $rc -eq 124 ] && echo "TIMED OUT after ${limit} s" >> "$LOG/$name.log"
-    note "$(printf '%-12s exit %-3s %4ss  %s' "$name" "$rc" "$took" "$LOG/$name.log")"
-    [ $rc -eq 0 ]
-}
+STEP_WIDTH=12
+source "$ROOT/tests/tools/steps.sh"
 
 note "cugather distributed suite in $ROOT, logs in $LOG (NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE)"
 {

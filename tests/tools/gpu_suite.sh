@@ -17,29 +17,8 @@ LOG=${1:?usage: tests/tools/gpu_suite.sh LOGDIR [FUZZ_EXAMPLES]}
 EXAMPLES=${2:-10000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python}
-mkdir -p "$LOG"
-LOG=$(cd "$LOG" && pwd)
-cd "$ROOT"
 export PYTHONDONTWRITEBYTECODE=1
-SUMMARY="$LOG/summary.txt"
-: > "$SUMMARY"
-failed=0
-suite_start=$(date +%s)
-
-note() { echo "$*" | tee -a "$SUMMARY"; }
-
-# step NAME SECONDS CMD...: run CMD with a time limit, log to LOGDIR/NAME.log
-step() {
-    local name=$1 limit=$2
-    shift 2
-    local start=$(date +%s)
-    timeout --kill-after=15 "$limit" "$@" > "$LOG/$name.log" 2>&1
-    local rc=$?
-    local took=$(( $(date +%s) - start ))
-    [ $rc -eq 124 ] && echo "TIMED OUT after ${limit} s" >> "$LOG/$name.log"
-    note "$(printf '%-10s exit %-3s %4ss  %s' "$name" "$rc" "$took" "$LOG/$name.log")"
-    [ $rc -eq 0 ]
-}
+source "$ROOT/tests/tools/steps.sh"
 
 pytest_args=(-p no:cacheprovider -q -rs --tb=short)
 
