@@ -24,7 +24,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy
 
-from .rendezvous import DEFAULT_TIMEOUT, HostGroup, ThreadGroup, connect_store, read_env
+from .rendezvous import (DEFAULT_TIMEOUT, HostGroup, ThreadGroup, connect_store, job_timeout,
+                         read_env)
 
 __all__ = ["Communicator", "LocalGroup", "init", "init_local", "wait_event"]
 
@@ -219,7 +220,7 @@ def init(*, device: Optional[int] = None, timeout: Optional[float] = None, nccl:
         GPU of this rank (default ``LOCAL_RANK``); made CuPy's current device.
     timeout : float, optional
         Seconds any rendezvous or collective step waits at most (default
-        ``CUGATHER_TIMEOUT`` or 300).
+        ``CUGATHER_TIMEOUT`` or 300); finite and > 0, or ValueError naming it.
     nccl : bool
         Create the NCCL communicator (needed by ``transport="nccl"``);
         without it only peer reads work, e.g. for two ranks on one GPU.
@@ -236,11 +237,12 @@ def init(*, device: Optional[int] = None, timeout: Optional[float] = None, nccl:
     """
     import os
 
+    environ = os.environ if environ is None else environ
+    env = read_env(environ)  # every variable checked before anything starts
+    timeout = job_timeout(timeout, environ)
+
     import cupy as cp
 
-    environ = os.environ if environ is None else environ
-    env = read_env(environ)
-    timeout = float(timeout or environ.get("CUGATHER_TIMEOUT") or DEFAULT_TIMEOUT)
     device = env.local_rank if device is None else int(device)
     count = cp.cuda.runtime.getDeviceCount()
     if not 0 <= device < count:
@@ -343,8 +345,10 @@ def init_local(devices: Optional[Sequence[int]] = None, *, timeout: Optional[flo
     nccl : bool
         Create NCCL communicators (``NcclCommunicator.initAll``).
     """
+    seconds = job_timeout(timeout, {})  # checked before anything starts
+
     import cupy as cp
 
     if devices is None:
         devices = range(cp.cuda.runtime.getDeviceCount())
-    return LocalGroup(list(devices), float(timeout or DEFAULT_TIMEOUT), nccl)
+    return LocalGroup(list(devices), seconds, nccl)

@@ -3,10 +3,16 @@
 One process per GPU reads the variables torchrun sets (``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``) plus ``CUGATHER_JOB_TOKEN`` (which
-``python -m cugather.distributed.run`` generates).  Ranks meet at a store:
+``python -m cugather.distributed.run`` generates), ``CUGATHER_TIMEOUT``,
+``CUGATHER_ALLOW_WEAK_TOKEN`` and ``CUGATHER_STORE_FD`` (the store's
+listening socket, bound by the launcher).  Every one is checked up front; a
+bad value raises ValueError naming the variable and the value.  Ranks meet
+at a store:
 
 * cugather's own (:mod:`.store`), served by rank 0 on ``MASTER_ADDR`` only,
-  with the job token checked on every connection -- the default;
+  with the job token proven both ways on every connection -- the default; a
+  token shorter than 16 characters is refused (on loopback
+  ``CUGATHER_ALLOW_WEAK_TOKEN=1`` accepts it);
 * torchrun's agent store when the script runs under torchrun with
   ``TORCHELASTIC_USE_AGENT_STORE=True`` (the agent already holds
   ``MASTER_PORT``): a ``torch.distributed.TCPStore`` client; values carry an
@@ -22,19 +28,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
+import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from .store import StoreClient, StoreError, StoreServer
+from .wire import ENV_WEAK_TOKEN, check_seconds, check_token, weak_token_allowed
 
 __all__ = ["JobEnv", "read_env", "HostGroup", "ThreadGroup", "TorchStore", "connect_store",
-           "ENV_TOKEN", "DEFAULT_TIMEOUT"]
+           "job_timeout", "ENV_TOKEN", "ENV_TIMEOUT", "ENV_STORE_FD", "ENV_WEAK_TOKEN",
+           "DEFAULT_TIMEOUT"]
 
 ENV_TOKEN = "CUGATHER_JOB_TOKEN"
+ENV_TIMEOUT = "CUGATHER_TIMEOUT"
+#: Descriptor of the store's listening socket, which the launcher bound for rank 0.
+ENV_STORE_FD = "CUGATHER_STORE_FD"
 #: Seconds any rendezvous step waits at most (CUGATHER_TIMEOUT overrides).
 DEFAULT_TIMEOUT = 300.0
 
@@ -49,9 +60,11 @@ class JobEnv:
     local_world_size: int
     master_addr: str
     master_port: int
-    token: str
+    token: str = field(repr=False)  # a secret: never in a log line
     agent_store: bool  # torchrun's agent serves a TCPStore on MASTER_PORT
     restart: int = 0
+    store_fd: Optional[int] = None  # rank 0: the listening socket the launcher bound
+    allow_weak_token: bool = False  # CUGATHER_ALLOW_WEAK_TOKEN=1 (loopback only)
 
 
 def _int(environ, name: str, default=None, low: int = 0) -> int:
@@ -71,15 +84,24 @@ def _int(environ, name: str, default=None, low: int = 0) -> int:
     return value
 
 
-def _loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr).is_loopback
-    except ValueError:
-        return addr == "localhost"
+def job_timeout(timeout: Optional[float] = None, environ=None) -> float:
+    """Seconds a rendezvous step waits: ``timeout``, else ``CUGATHER_TIMEOUT``, else 300.
+
+    Either must be a finite number > 0; ValueError names the one that is not.
+    """
+    if timeout is not None:
+        return check_seconds("timeout", timeout)
+    text = (os.environ if environ is None else environ).get(ENV_TIMEOUT, "")
+    return check_seconds(ENV_TIMEOUT, text) if text != "" else DEFAULT_TIMEOUT
 
 
 def read_env(environ=None) -> JobEnv:
-    """The job as torchrun (or cugather's launcher) describes it; ValueError names a bad variable."""
+    """The job as torchrun (or cugather's launcher) describes it; ValueError names a bad variable.
+
+    cugather's own store (no agent store) needs ``CUGATHER_JOB_TOKEN`` of at
+    least 16 characters; on a loopback ``MASTER_ADDR`` an empty or shorter one
+    is accepted only with ``CUGATHER_ALLOW_WEAK_TOKEN=1``.
+    """
     environ = os.environ if environ is None else environ
     world = _int(environ, "WORLD_SIZE", low=1)
     rank = _int(environ, "RANK")
@@ -93,13 +115,15 @@ def read_env(environ=None) -> JobEnv:
     addr = environ.get("MASTER_ADDR") or "127.0.0.1"
     agent = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     token = environ.get(ENV_TOKEN, "")
-    torchrun = bool(environ.get("TORCHELASTIC_RUN_ID"))  # torchrun's own store has no token either
-    if not token and not agent and not torchrun and not _loopback(addr) and world > 1:
-        raise ValueError(
-            f"{ENV_TOKEN} is not set and MASTER_ADDR={addr} is not a loopback address: give "
-            f"every rank the same secret token (python -m cugather.distributed.run does)")
+    weak = weak_token_allowed(environ)
+    job_timeout(None, environ)  # a bad CUGATHER_TIMEOUT fails here, before anything starts
+    if not agent:  # cugather's store: rank 0 binds MASTER_ADDR
+        check_token(token, addr, weak)
+    fd = _int(environ, ENV_STORE_FD, -1, low=0) if environ.get(ENV_STORE_FD) else None
+    if fd is not None and rank != 0:
+        raise ValueError(f"{ENV_STORE_FD} is for rank 0 only, and RANK is {rank}")
     return JobEnv(rank, world, local_rank, local_world, addr, port, token, agent,
-                  _int(environ, "TORCHELASTIC_RESTART_COUNT", 0))
+                  _int(environ, "TORCHELASTIC_RESTART_COUNT", 0), fd, weak)
 
 
 # ---------------------------------------------------------------- torch's store
@@ -235,6 +259,7 @@ def connect_store(env: JobEnv, timeout: float = DEFAULT_TIMEOUT, kind: str = "au
     ``"torch"`` (torchrun's agent store, as a client), or ``"auto"``
     (torch's when torchrun's agent serves one, else cugather's).
     """
+    timeout = job_timeout(timeout)
     if kind == "auto":
         kind = "torch" if env.agent_store else "cugather"
     if kind == "torch":
@@ -251,13 +276,32 @@ def connect_store(env: JobEnv, timeout: float = DEFAULT_TIMEOUT, kind: str = "au
                          prefix=f"cugather/attempt_{env.restart}")
     if kind != "cugather":
         raise ValueError(f"store must be 'auto', 'cugather' or 'torch', got {kind!r}")
-    server = (StoreServer(env.master_addr, env.master_port, env.token, io_timeout=timeout)
+    server = (StoreServer(env.master_addr, env.master_port, env.token, io_timeout=timeout,
+                          sock=_inherited_listener(env), allow_weak_token=env.allow_weak_token)
               if env.rank == 0 else None)
     try:
-        client = StoreClient(env.master_addr, env.master_port, env.token,
-                             connect_timeout=timeout, io_timeout=min(timeout, 60.0))
+        store = StoreClient(env.master_addr, env.master_port, env.token,
+                            connect_timeout=timeout, io_timeout=min(timeout, 60.0),
+                            allow_weak_token=env.allow_weak_token)
     except BaseException:
         if server is not None:
             server.close()
         raise
-    return HostGroup(client, env.rank, env.world_size, timeout, server=server)
+    return HostGroup(store, env.rank, env.world_size, timeout, server=server)
+
+
+def _inherited_listener(env: JobEnv) -> Optional[socket.socket]:
+    """The listening socket the launcher bound on MASTER_ADDR:MASTER_PORT, if it passed one."""
+    if env.store_fd is None:
+        return None
+    try:
+        sock = socket.socket(fileno=env.store_fd)
+    except OSError as e:
+        raise ValueError(f"{ENV_STORE_FD}={env.store_fd} is not an open socket ({e})") from None
+    listening = sock.getsockopt(socket.SOL_SOCKET, getattr(socket, "SO_ACCEPTCONN", 30))
+    port = sock.getsockname()[1] if sock.family in (socket.AF_INET, socket.AF_INET6) else None
+    if sock.type != socket.SOCK_STREAM or not listening or port != env.master_port:
+        sock.detach()
+        raise ValueError(f"{ENV_STORE_FD}={env.store_fd} is not a TCP socket listening on "
+                         f"MASTER_PORT={env.master_port}")
+    return sock

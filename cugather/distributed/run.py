@@ -6,19 +6,29 @@ torchrun gives its workers -- ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_PORT`` (default: a free port) -- plus a fresh
 ``CUGATHER_JOB_TOKEN`` that the rendezvous store checks on every
 connection.  So a script written for ``cugather.distributed.init()`` runs
-the same under this launcher and under torchrun.
+the same under this launcher and under torchrun.  On the host of rank 0 the
+launcher itself binds ``--master-addr:--master-port`` and hands the
+listening socket to rank 0 (``CUGATHER_STORE_FD``): no other process can
+take the port between the launcher choosing it and rank 0 serving it.
 
 If a process fails, the others are stopped (SIGTERM, then SIGKILL after
 ``--grace`` seconds) and the launcher exits with the failed process's
 status; ``--timeout`` stops everything after that many seconds (exit 124).
-Several hosts: run it on each with ``--nnodes``, ``--node-rank``, the same
-``--master-addr``/``--master-port`` and the same ``CUGATHER_JOB_TOKEN``
-exported (rank 0 serves the store on ``--master-addr`` only).
+Workers die with the launcher: a signal to it (SIGINT, SIGTERM, SIGHUP)
+goes to each worker's process group, and on Linux a worker is killed when
+the launcher dies, even by SIGKILL.  Several hosts: run it on each with
+``--nnodes``, ``--node-rank``, the same ``--master-addr``/``--master-port``
+and the same ``CUGATHER_JOB_TOKEN`` (at least 16 characters) exported; rank
+0 serves the store on ``--master-addr`` only, which must be an address of
+the host with ``--node-rank 0``.  Every option and variable is checked
+before any worker starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
 import os
 import secrets
 import signal
@@ -27,25 +37,66 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from typing import Callable, Optional
 
-__all__ = ["main", "worker_env", "free_port"]
+from .rendezvous import ENV_STORE_FD, ENV_TOKEN, job_timeout
+from .wire import MIN_TOKEN, check_seconds, check_token, weak_token_allowed
+
+__all__ = ["main", "worker_env", "listen", "free_port"]
+
+_PR_SET_PDEATHSIG = 1
+try:  # loaded before any fork: the child only calls it
+    _LIBC: Optional[ctypes.CDLL] = (ctypes.CDLL(None, use_errno=True)
+                                    if sys.platform.startswith("linux") else None)
+except OSError:
+    _LIBC = None
+
+
+def listen(addr: str, port: int) -> socket.socket:
+    """A socket listening on ``addr:port`` (port 0: a free one), for rank 0 to serve the store on.
+
+    Raises SystemExit naming ``--master-addr`` or ``--master-port`` when the
+    address does not resolve, is not this host's, or the port is taken.
+    """
+    try:
+        family, _, _, _, address = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise SystemExit(f"--master-addr {addr!r} does not resolve ({e})") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise SystemExit(f"--master-addr {addr} is not an address of this host: rank 0 "
+                             f"serves the store on it, so run --node-rank 0 on the host that "
+                             f"owns it") from None
+        if e.errno == errno.EADDRINUSE:
+            raise SystemExit(f"--master-port {port} is already in use on {addr}") from None
+        raise SystemExit(f"cannot listen on {addr}:{port} for the store: {e}") from None
+    return sock
 
 
 def free_port(addr: str) -> int:
-    """A port free on ``addr`` right now (the store binds it moments later)."""
-    with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
-        s.bind((addr, 0))
+    """A port free on ``addr`` right now (racy: :func:`listen` keeps it bound instead)."""
+    with listen(addr, 0) as s:
         return s.getsockname()[1]
 
 
 def worker_env(base: Mapping[str, str], *, rank: int, local_rank: int, nproc: int, nnodes: int,
-               node_rank: int, addr: str, port: int, token: str) -> dict:
+               node_rank: int, addr: str, port: int, token: str,
+               store_fd: Optional[int] = None) -> dict:
     """The environment of one worker (torchrun's variables, plus the job token)."""
     env = dict(base)
+    env.pop(ENV_STORE_FD, None)
     env.update(RANK=str(rank), WORLD_SIZE=str(nproc * nnodes), LOCAL_RANK=str(local_rank),
                LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank),
                MASTER_ADDR=addr, MASTER_PORT=str(port), CUGATHER_JOB_TOKEN=token,
                TORCHELASTIC_USE_AGENT_STORE="False")
+    if store_fd is not None:
+        env[ENV_STORE_FD] = str(store_fd)
     return env
 
 
@@ -72,14 +123,55 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(args) -> None:
-    if args.nproc_per_node < 1 or args.nnodes < 1:
-        raise SystemExit("--nproc-per-node and --nnodes must be >= 1")
+def _check(args) -> str:
+    """Check every option and variable; the job token.  SystemExit names what is wrong."""
+    if args.nproc_per_node < 1:
+        raise SystemExit(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
+    if args.nnodes < 1:
+        raise SystemExit(f"--nnodes must be >= 1, got {args.nnodes}")
     if not 0 <= args.node_rank < args.nnodes:
         raise SystemExit(f"--node-rank must be in [0, {args.nnodes}), got {args.node_rank}")
-    if args.nnodes > 1 and (not args.master_port or "CUGATHER_JOB_TOKEN" not in os.environ):
-        raise SystemExit("with --nnodes > 1 give --master-port and export the same "
-                         "CUGATHER_JOB_TOKEN on every host")
+    if not 0 <= args.master_port <= 65535:
+        raise SystemExit(f"--master-port must be in [1, 65535] (0: a free one), got "
+                         f"{args.master_port}")
+    try:
+        check_seconds("--timeout", args.timeout, zero=True)
+        check_seconds("--grace", args.grace, zero=True)
+        job_timeout(None)  # CUGATHER_TIMEOUT, checked here rather than in every worker
+        weak = weak_token_allowed()
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    token = os.environ.get(ENV_TOKEN, "")
+    if args.nnodes > 1:
+        if not args.master_port:
+            raise SystemExit("with --nnodes > 1 give --master-port (the same on every host)")
+        if len(token) < MIN_TOKEN:
+            raise SystemExit(f"with --nnodes > 1 export the same {ENV_TOKEN} of at least "
+                             f"{MIN_TOKEN} characters on every host (it is "
+                             f"{'empty' if not token else f'{len(token)} characters long'})")
+    if not token:
+        return secrets.token_hex(16)
+    try:
+        return check_token(token, args.master_addr, weak)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def _resolves(addr: str) -> None:
+    try:
+        socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise SystemExit(f"--master-addr {addr!r} does not resolve ({e})") from None
+
+
+def _die_with_launcher(launcher: int) -> Callable[[], None]:
+    """Run in each child before exec: on Linux, SIGKILL it when the launcher dies."""
+    def arm() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != launcher:  # the launcher died before prctl took hold
+            os._exit(1)
+    return arm
 
 
 def _stop(procs, grace: float) -> None:
@@ -103,20 +195,42 @@ def _status(code: int) -> int:
     return 128 - code if code < 0 else code  # killed by signal s: 128 + s, as a shell says
 
 
+def _spawn(args, token: str) -> tuple:
+    """Start the workers; (their Popen objects, the global rank of each)."""
+    listener = None
+    if args.node_rank == 0:  # rank 0's host: bind now, hand the socket to rank 0
+        listener = listen(args.master_addr, args.master_port)
+        port = listener.getsockname()[1]
+    else:
+        _resolves(args.master_addr)
+        port = args.master_port
+    target = (["-m", args.script] if args.module else [args.script]) + list(args.args)
+    procs, ranks = [], []
+    try:
+        for local in range(args.nproc_per_node):
+            rank = args.node_rank * args.nproc_per_node + local
+            fd = listener.fileno() if listener is not None and rank == 0 else None
+            env = worker_env(os.environ, rank=rank, local_rank=local, nproc=args.nproc_per_node,
+                             nnodes=args.nnodes, node_rank=args.node_rank,
+                             addr=args.master_addr, port=port, token=token, store_fd=fd)
+            procs.append(subprocess.Popen([sys.executable] + target, env=env,
+                                          start_new_session=True,
+                                          pass_fds=() if fd is None else (fd,),
+                                          preexec_fn=_die_with_launcher(os.getpid())))
+            ranks.append(rank)
+    except BaseException:
+        _stop(procs, args.grace)
+        raise
+    finally:
+        if listener is not None:
+            listener.close()  # rank 0 holds its own copy
+    return procs, ranks
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    _check(args)
-    port = args.master_port or free_port(args.master_addr)
-    token = os.environ.get("CUGATHER_JOB_TOKEN") or secrets.token_hex(16)
-    target = (["-m", args.script] if args.module else [args.script]) + list(args.args)
-    procs = []
-    for local in range(args.nproc_per_node):
-        env = worker_env(os.environ, rank=args.node_rank * args.nproc_per_node + local,
-                         local_rank=local, nproc=args.nproc_per_node, nnodes=args.nnodes,
-                         node_rank=args.node_rank, addr=args.master_addr, port=port,
-                         token=token)
-        procs.append(subprocess.Popen([sys.executable] + target, env=env,
-                                      start_new_session=True))
+    token = _check(args)
+    procs, ranks = _spawn(args, token)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     forwarded = {}
 
@@ -124,13 +238,16 @@ def main(argv=None) -> int:
         forwarded["signal"] = sig
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, sig)
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         while True:
             codes = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
             if failed:
                 rank, code = failed[0]
                 print(f"cugather.distributed.run: rank {rank} exited with status "

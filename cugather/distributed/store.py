@@ -6,86 +6,51 @@ every interface -- and every rank (rank 0 included) talks to it through a
 unique id, shard metadata, CUDA IPC handles), so it favours checks over
 speed:
 
-* every connection starts with a challenge: the server sends a random nonce
-  and the client answers with HMAC-SHA256(job token, nonce); a wrong answer
-  is refused;
-* every frame is checked (magic, version, operation, key and value sizes);
-* a wrong token or a malformed frame stops the store: the offending client
-  gets the reason, and every later request of any rank fails with it, so the
-  job stops with a clear error instead of mixing with a stranger;
-* every wait has a deadline: connecting, reading a frame, waiting for a key.
-
-Frames: ``!4sBBHI`` (magic, version, operation, key bytes, value bytes),
-then the key and the value.
+* both sides prove they hold the job token before anything else is said
+  (:mod:`.wire`); a client refuses a server that cannot prove it;
+* a connection that has not authenticated is a stranger: its handshake has
+  one deadline for the whole frame, its frames are size-capped, at most
+  ``max_pending`` strangers are served at once (any more are closed at
+  once), and whatever it does -- a wrong token, junk, a port scanner's
+  ``GET /``, one byte a second -- closes that connection only (logged and
+  counted in :attr:`StoreServer.dropped`); the store carries on;
+* only an authenticated rank can stop the store: a malformed frame from it
+  stops it, and every later request of any rank fails with the reason;
+* a request that cannot be done (an ``ADD`` overflowing int64) is answered
+  with its error, as what it is, to that client alone;
+* every wait has a deadline: connecting, each whole frame, waiting for a key.
 """
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import hmac
+import logging
 import os
 import socket
-import struct
 import threading
 import time
 from typing import Optional
 
-__all__ = ["StoreServer", "StoreClient", "StoreError", "MAX_KEY", "MAX_VALUE"]
+from . import wire
+from .client import StoreClient
+from .wire import (MAGIC, ADD, AUTH, ERROR, HELLO, MAX_KEY, MAX_VALUE, NONCE, OK, PRE_AUTH_VALUE,
+                   REQUESTS, SET, VALUE, Hangup, StoreError, check_seconds, check_token, proof)
 
-MAGIC = b"CGST"
-VERSION = 1
-MAX_KEY = 512
-MAX_VALUE = 1 << 20
-_HEAD = struct.Struct("!4sBBHI")
-HELLO, AUTH, SET, GET, ADD, OK, VALUE, ERROR = range(1, 9)
-_REQUESTS = (SET, GET, ADD)
+__all__ = ["StoreServer", "StoreClient", "StoreError", "MAX_KEY", "MAX_VALUE", "MAGIC"]
 
-
-class StoreError(ConnectionError):
-    """The store refused a request, stopped, or sent something malformed."""
+_log = logging.getLogger(__name__)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+#: accept() errors that mean "out of descriptors or memory": back off instead of spinning.
+_EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
-class _Hangup(StoreError):
-    """The peer closed the connection between frames."""
+class _Violation(StoreError):
+    """An authenticated rank broke the protocol: the store stops."""
 
 
-def _proof(token: str, nonce: bytes) -> bytes:
-    return hmac.new(token.encode(), b"cugather-store/" + nonce, hashlib.sha256).digest()
-
-
-def _send(sock, op: int, key: bytes = b"", value: bytes = b"") -> None:
-    sock.sendall(_HEAD.pack(MAGIC, VERSION, op, len(key), len(value)) + key + value)
-
-
-def _recv_exact(sock, n: int) -> bytes:
-    parts, left = [], n
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            if left == n:
-                raise _Hangup("connection closed")
-            raise StoreError(f"connection closed after {n - left} of {n} bytes")
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
-def _recv(sock) -> tuple:
-    """(op, key, value) of one frame; StoreError names what is malformed."""
-    magic, version, op, klen, vlen = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
-    if magic != MAGIC:
-        raise StoreError(f"malformed frame: magic {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise StoreError(f"malformed frame: protocol version {version}, expected {VERSION}")
-    if not HELLO <= op <= ERROR:
-        raise StoreError(f"malformed frame: unknown operation {op}")
-    if klen > MAX_KEY or vlen > MAX_VALUE:
-        raise StoreError(f"malformed frame: key of {klen} B or value of {vlen} B exceeds "
-                         f"{MAX_KEY} / {MAX_VALUE} B")
-    try:
-        return op, _recv_exact(sock, klen), _recv_exact(sock, vlen)
-    except _Hangup:
-        raise StoreError(f"malformed frame: closed before its {klen + vlen} bytes") from None
+class _RequestError(Exception):
+    """A request that cannot be done; its text goes back to the client as ``Kind: message``."""
 
 
 class StoreServer:
@@ -97,31 +62,47 @@ class StoreServer:
         The address to listen on (``MASTER_ADDR``); nothing else is bound.
     port : int
     token : str
-        The job token clients must prove they hold.
+        The job token clients must prove they hold (see
+        :func:`.wire.check_token` for the length rule).
     io_timeout : float
-        Seconds a connection may take to send a whole frame.
+        Seconds an authenticated rank may take to send one whole frame.
+    handshake_timeout : float, optional
+        Seconds a new connection has for the whole handshake (default
+        ``min(io_timeout, 10)``).
+    max_pending : int
+        Connections authenticating at once; any more are closed at once.
+    max_clients : int
+        Authenticated connections at once.
+    sock : socket.socket, optional
+        A listening socket bound to ``(host, port)`` already (the launcher
+        binds it, so no other process can take the port in between).
+    allow_weak_token : bool, optional
+        Accept an empty or short token on loopback (default:
+        ``CUGATHER_ALLOW_WEAK_TOKEN=1``).
     """
 
-    def __init__(self, host: str, port: int, token: str, io_timeout: float = 30.0):
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        if not infos:
-            raise OSError(f"MASTER_ADDR {host!r} resolves to no address")
-        family, _, _, _, address = infos[0]
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._listener.bind(address)
-        except OSError as e:
-            self._listener.close()
-            raise OSError(f"cannot serve the rendezvous store on {host}:{port}: {e}") from e
-        self._listener.listen(128)
+    def __init__(self, host: str, port: int, token: str, io_timeout: float = 30.0, *,
+                 handshake_timeout: Optional[float] = None, max_pending: int = 32,
+                 max_clients: int = 4096, sock: Optional[socket.socket] = None,
+                 allow_weak_token: Optional[bool] = None):
+        self._token = check_token(token, host, allow_weak_token)
+        self._io_timeout = check_seconds("io_timeout", io_timeout)
+        self._handshake_timeout = check_seconds(
+            "handshake_timeout", min(self._io_timeout, 10.0) if handshake_timeout is None
+            else handshake_timeout)
+        for name, value in (("max_pending", max_pending), ("max_clients", max_clients)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self._listener = sock if sock is not None else _listen(host, port)
         self._listener.settimeout(0.2)
         self.address = self._listener.getsockname()[:2]
-        self._token, self._io_timeout = token, io_timeout
         self._data: dict = {}
         self._cond = threading.Condition()
         self._failure: Optional[str] = None
         self._stop = threading.Event()
+        self._pending = threading.BoundedSemaphore(max_pending)
+        self._clients = threading.BoundedSemaphore(max_clients)
+        self.dropped = 0  # connections dropped before they authenticated
         self._thread = threading.Thread(target=self._serve, name="cugather-store", daemon=True)
         self._thread.start()
 
@@ -130,8 +111,8 @@ class StoreServer:
         return self.address[1]
 
     @property
-    def failure(self):
-        """Why the store stopped (a wrong token or a malformed frame), or None."""
+    def failure(self) -> Optional[str]:
+        """Why the store stopped (an authenticated rank broke the protocol), or None."""
         return self._failure
 
     def close(self) -> None:
@@ -147,143 +128,186 @@ class StoreServer:
                 self._failure = reason
             self._cond.notify_all()
 
+    def _drop(self, where: str, why: str) -> None:
+        self.dropped += 1
+        if self.dropped <= 10 or self.dropped % 100 == 0:  # a flood must not flood the log too
+            _log.warning("cugather store on %s:%s: dropped the connection from %s, which %s "
+                         "(%d dropped so far)", *self.address, where, why, self.dropped)
+
+    # ------------------------------------------------------------ accepting
+    def _accept(self):
+        return self._listener.accept()
+
     def _serve(self) -> None:
+        pause = 0.0
         while not self._stop.is_set():
             try:
-                sock, peer = self._listener.accept()
-            except (socket.timeout, OSError):
+                sock, peer = self._accept()
+            except TimeoutError:
                 continue
-            threading.Thread(target=self._client, args=(sock, peer), daemon=True).start()
-
-    def _client(self, sock, peer) -> None:
-        where = f"{peer[0]}:{peer[1]}"
-        with sock:
-            sock.settimeout(self._io_timeout)
-            try:
-                nonce = os.urandom(32)
-                _send(sock, HELLO, value=nonce)
-                op, _, proof = _recv(sock)
-                if op != AUTH or not hmac.compare_digest(proof, _proof(self._token, nonce)):
-                    reason = f"a connection from {where} presented a wrong job token"
-                    self._fail(reason)
-                    _send(sock, ERROR, value=b"wrong job token")
+            except OSError as e:
+                if self._stop.is_set():
                     return
-                while not self._stop.is_set():
-                    op, key, value = _recv(sock)
-                    _send(sock, *self._answer(op, key, value))
-            except _Hangup:
-                return  # closed between frames (or before proving anything): not an attack
-            except StoreError as e:
-                self._fail(f"{where} sent {e}")
-                try:
-                    _send(sock, ERROR, value=str(e).encode()[:MAX_VALUE])
-                except OSError:
-                    pass
-            except (OSError, struct.error):
+                # Out of descriptors: the pending connection stays queued; wait, do not spin.
+                pause = min(max(2 * pause, 0.05), 1.0) if e.errno in _EXHAUSTED else 0.01
+                if pause == 0.05:
+                    _log.warning("cugather store: accept failed (%s); backing off", e)
+                self._stop.wait(pause)
+                continue
+            pause = 0.0
+            self._start(sock, f"{peer[0]}:{peer[1]}")
+
+    def _start(self, sock: socket.socket, where: str) -> None:
+        if not self._pending.acquire(blocking=False):
+            sock.close()
+            self._drop(where, "came while too many connections were authenticating")
+            return
+        try:
+            threading.Thread(target=self._client, args=(sock, where), daemon=True).start()
+        except BaseException as e:  # RuntimeError at the thread limit: drop it, keep serving
+            self._pending.release()
+            sock.close()
+            self._drop(where, f"could not be given a thread ({e})")
+            self._stop.wait(0.05)
+
+    def _client(self, sock: socket.socket, where: str) -> None:
+        with sock:
+            try:
+                ok = self._handshake(sock, where)
+            finally:
+                self._pending.release()
+            if not ok:
+                return
+            if not self._clients.acquire(blocking=False):
+                _try_send(sock, ERROR, b"StoreError: too many ranks are connected")
+                return
+            try:
+                self._session(sock, where)
+            except Exception:  # a bug must not kill the thread silently
+                _log.exception("cugather store: serving %s failed", where)
+            finally:
+                self._clients.release()
+
+    def _handshake(self, sock: socket.socket, where: str) -> bool:
+        """Both sides prove they hold the token; False (logged) for anything else."""
+        nonce_s = os.urandom(NONCE)
+        try:
+            sock.settimeout(self._handshake_timeout)
+            wire.send(sock, HELLO, value=nonce_s)
+            op, _, value = wire.recv(sock, self._handshake_timeout, max_key=0,
+                                     max_value=PRE_AUTH_VALUE)
+            if op != AUTH or len(value) != PRE_AUTH_VALUE:
+                raise StoreError(f"malformed handshake: operation {op} with {len(value)} B, "
+                                 f"expected AUTH with {PRE_AUTH_VALUE} B")
+            nonce_c = value[:NONCE]
+            if not hmac.compare_digest(value[NONCE:], proof(self._token, b"client", nonce_s,
+                                                            nonce_c)):
+                self._drop(where, "presented a wrong job token")
+                _try_send(sock, ERROR, b"PermissionError: wrong job token")
+                return False
+            wire.send(sock, OK, value=proof(self._token, b"server", nonce_s, nonce_c))
+            return True
+        except Hangup:
+            return False  # connected and closed: a health check, not an attack
+        except StoreError as e:
+            self._drop(where, f"sent {e}")
+            _try_send(sock, ERROR, f"StoreError: {e}".encode())
+        except TimeoutError:
+            self._drop(where, f"did not finish the handshake within {self._handshake_timeout:g} s")
+        except OSError as e:
+            self._drop(where, f"failed ({e})")
+        return False
+
+    # ------------------------------------------------------------ serving a rank
+    def _session(self, sock: socket.socket, where: str) -> None:
+        while not self._stop.is_set():
+            if not wire.wait_readable(sock, 0.5):
+                continue  # a rank may idle between frames for as long as it likes
+            try:
+                op, key, value = wire.recv(sock, self._io_timeout)
+                reply = self._answer(op, key, value)
+            except Hangup:
+                return
+            except (StoreError, TimeoutError) as e:  # a rank broke the protocol: stop the job
+                self._fail(f"the rank connected from {where} sent {e}")
+                _try_send(sock, ERROR, f"StoreError: {e}".encode())
+                return
+            except OSError:  # reset: the rank exited
+                return
+            except _RequestError as e:
+                reply = ERROR, b"", str(e).encode()[:MAX_VALUE]
+            except Exception as e:  # the store's own bug: tell that client what it is
+                _log.exception("cugather store: a request of %s failed", where)
+                reply = ERROR, b"", f"StoreError: {type(e).__name__}: {e}".encode()[:MAX_VALUE]
+            try:
+                sock.settimeout(self._io_timeout)
+                wire.send(sock, *reply)
+            except OSError:
                 return
 
     def _answer(self, op: int, key: bytes, value: bytes) -> tuple:
-        if op not in _REQUESTS:
-            raise StoreError(f"malformed frame: operation {op} is not a request")
+        if op not in REQUESTS:
+            raise _Violation(f"malformed frame: operation {op} is not a request")
+        if op != SET and len(value) != 8:
+            raise _Violation(f"malformed frame: {'ADD' if op == ADD else 'GET'} takes 8 bytes, "
+                             f"got {len(value)}")
         with self._cond:
             if self._failure is not None:
-                return ERROR, b"", f"the store stopped: {self._failure}".encode()
+                return ERROR, b"", f"StoreError: the store stopped: {self._failure}".encode()
             if op == SET:
                 self._data[key] = value
                 self._cond.notify_all()
                 return OK, b"", b""
             if op == ADD:
-                if len(value) != 8:
-                    raise StoreError("malformed frame: ADD takes an 8-byte integer")
-                total = int.from_bytes(self._data.get(key, bytes(8)), "little", signed=True)
-                total += int.from_bytes(value, "little", signed=True)
-                self._data[key] = total.to_bytes(8, "little", signed=True)
+                old = int.from_bytes(self._data.get(key, bytes(8)), "little", signed=True)
+                delta = int.from_bytes(value, "little", signed=True)
+                if not _INT64[0] <= old + delta <= _INT64[1]:
+                    raise _RequestError(f"OverflowError: ADD of {delta} to {_text(key)!r} (holding "
+                                        f"{old}) overflows int64; the value is unchanged")
+                self._data[key] = (old + delta).to_bytes(8, "little", signed=True)
                 self._cond.notify_all()
                 return VALUE, b"", self._data[key]
-            if len(value) != 8:
-                raise StoreError("malformed frame: GET takes an 8-byte timeout")
-            deadline = time.monotonic() + int.from_bytes(value, "little") / 1e3
-            while key not in self._data and self._failure is None and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return ERROR, b"", b"timeout"
-                self._cond.wait(min(left, 0.5))
-            if self._failure is not None:
-                return ERROR, b"", f"the store stopped: {self._failure}".encode()
-            if key not in self._data:
-                return ERROR, b"", b"the store is shutting down"
-            return VALUE, b"", self._data[key]
+            return self._wait(key, int.from_bytes(value, "little") / 1e3)
+
+    def _wait(self, key: bytes, seconds: float) -> tuple:
+        deadline = time.monotonic() + seconds
+        while key not in self._data and self._failure is None and not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ERROR, b"", b"TimeoutError: timeout"
+            self._cond.wait(min(left, 0.5))
+        if self._failure is not None:
+            return ERROR, b"", f"StoreError: the store stopped: {self._failure}".encode()
+        if key not in self._data:
+            return ERROR, b"", b"StoreError: the store is shutting down"
+        return VALUE, b"", self._data[key]
 
 
-class StoreClient:
-    """One rank's connection to a :class:`StoreServer` (thread-safe).
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``(host, port)``; OSError names both."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise OSError(f"MASTER_ADDR {host!r} does not resolve ({e})") from None
+    family, _, _, _, address = infos[0]
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as e:
+        listener.close()
+        raise OSError(f"cannot serve the rendezvous store on {host}:{port}: {e}") from e
+    return listener
 
-    Connecting retries until ``connect_timeout`` (the server may start after
-    the client); a wrong token raises PermissionError, anything malformed or
-    refused :class:`StoreError`, a missing key TimeoutError.
-    """
 
-    def __init__(self, host: str, port: int, token: str, connect_timeout: float = 300.0,
-                 io_timeout: float = 30.0):
-        self.host, self.port, self._io_timeout = host, port, io_timeout
-        self._lock = threading.Lock()
-        deadline = time.monotonic() + connect_timeout
-        while True:
-            try:
-                sock = socket.create_connection((host, port), timeout=io_timeout)
-                break
-            except OSError as e:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no rendezvous store answered at {host}:{port} within "
-                                       f"{connect_timeout:g} s ({e})") from None
-                time.sleep(0.1)
-        self._sock = sock
-        try:
-            op, _, nonce = _recv(sock)
-            if op != HELLO or len(nonce) != 32:
-                raise StoreError(f"malformed greeting from {host}:{port} (operation {op})")
-            _send(sock, AUTH, value=_proof(token, nonce))
-        except BaseException:
-            sock.close()
-            raise
+def _text(key: bytes) -> str:
+    return key.decode(errors="replace")
 
-    def close(self) -> None:
-        self._sock.close()
 
-    def _request(self, op: int, key: str, value: bytes, wait: float = 0.0) -> bytes:
-        k = key.encode()
-        if len(k) > MAX_KEY or len(value) > MAX_VALUE:
-            raise ValueError(f"store key {key!r} or its value ({len(value)} B) is too long")
-        with self._lock:
-            self._sock.settimeout(self._io_timeout + wait)
-            try:
-                _send(self._sock, op, k, value)
-                rop, _, answer = _recv(self._sock)
-            except socket.timeout:
-                raise TimeoutError(f"the rendezvous store did not answer about {key!r}") from None
-            except (_Hangup, ConnectionResetError, BrokenPipeError):
-                raise StoreError(f"the rendezvous store at {self.host}:{self.port} closed the "
-                                 f"connection (did rank 0 exit?)") from None
-        if rop == ERROR:
-            text = answer.decode(errors="replace")
-            if text == "wrong job token":
-                raise PermissionError(
-                    f"the rendezvous store at {self.host}:{self.port} refused this process's "
-                    f"job token (CUGATHER_JOB_TOKEN differs from the job's)")
-            if text == "timeout":
-                raise TimeoutError(f"no rank published {key!r} within {wait:g} s")
-            raise StoreError(f"rendezvous store at {self.host}:{self.port}: {text}")
-        if rop not in (OK, VALUE):
-            raise StoreError(f"malformed reply from the store (operation {rop})")
-        return answer
-
-    def set(self, key: str, value: bytes) -> None:
-        self._request(SET, key, bytes(value))
-
-    def get(self, key: str, timeout: float) -> bytes:
-        """The value of ``key``, waiting up to ``timeout`` seconds for a rank to set it."""
-        return self._request(GET, key, int(timeout * 1e3).to_bytes(8, "little"), wait=timeout)
-
-    def add(self, key: str, delta: int) -> int:
-        return int.from_bytes(self._request(ADD, key, int(delta).to_bytes(8, "little", signed=True)),
-                              "little", signed=True)
+def _try_send(sock: socket.socket, op: int, value: bytes) -> None:
+    try:
+        sock.settimeout(1.0)
+        wire.send(sock, op, value=value[:MAX_VALUE])
+    except OSError:
+        pass

@@ -106,13 +106,14 @@ def test_processes_meet_at_the_token_checked_store(tmp_path):
     assert all((out / str(q)).read_text() == want for q in range(4))
 
 
-def test_a_stranger_with_another_token_stops_the_job(tmp_path):
-    """A rank holding a different token is refused and every rank fails, none hangs."""
+def test_a_rank_with_another_token_is_refused_and_the_launcher_stops_the_job(tmp_path):
+    """A rank holding a different token is refused (the store carries on); its exit
+    stops the others, none hangs."""
     r = _launch(tmp_path, """
         import os
         from cugather.distributed.rendezvous import connect_store, read_env
         if os.environ["RANK"] == "1":
-            os.environ["CUGATHER_JOB_TOKEN"] = "not-the-job-token"
+            os.environ["CUGATHER_JOB_TOKEN"] = "not-the-job-token-at-all"
         env = read_env()
         group = connect_store(env, timeout=20)
         group.allgather(b"hello")

@@ -47,14 +47,13 @@ def test_get_times_out_with_the_key_named(server):
     assert time.monotonic() - start < 3
 
 
-def test_wrong_token_is_refused_and_stops_the_job(server):
+def test_wrong_token_is_refused_and_the_store_carries_on(server):
     good = _client(server)
     good.set("before", b"1")
     with pytest.raises(PermissionError, match="job token"):
-        _client(server, token="another-job").get("before", timeout=1)
-    assert "wrong job token" in server.failure
-    with pytest.raises(StoreError, match="store stopped.*wrong job token"):
-        good.get("before", timeout=1)
+        _client(server, token="another-job-token")
+    assert server.failure is None and server.dropped == 1
+    assert good.get("before", timeout=1) == b"1"
 
 
 def _raw(server):
@@ -66,18 +65,18 @@ def _raw(server):
 @pytest.mark.parametrize("frame,reason", [
     (b"XXXX" + bytes(8), "magic"),
     (struct.pack("!4sBBHI", MAGIC, 9, 2, 0, 0), "version"),
-    (struct.pack("!4sBBHI", MAGIC, 1, 77, 0, 0), "unknown operation"),
-    (struct.pack("!4sBBHI", MAGIC, 1, 2, 0, 1 << 30), "exceeds"),
+    (struct.pack("!4sBBHI", MAGIC, 2, 77, 0, 0), "unknown operation"),
+    (struct.pack("!4sBBHI", MAGIC, 2, 2, 0, 1 << 30), "exceeds"),
 ])
-def test_malformed_frames_stop_the_store_with_a_reason(server, frame, reason):
+def test_a_strangers_malformed_frame_is_answered_and_dropped(server, frame, reason):
     good = _client(server)
     with _raw(server) as sock:
         sock.sendall(frame)
         reply = sock.recv(4096)
     assert reason.encode() in reply
-    assert reason in server.failure
-    with pytest.raises(StoreError, match="store stopped"):
-        good.set("k", b"v")
+    assert server.failure is None
+    good.set("k", b"v")
+    assert good.get("k", timeout=1) == b"v"
 
 
 def test_a_silent_or_closed_connection_is_not_an_attack(server):
@@ -191,17 +190,18 @@ def test_torch_store_values_are_sealed_with_the_token():
 
 def test_environment_is_read_and_checked():
     env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": "29500", "CUGATHER_JOB_TOKEN": "t"}
+           "MASTER_PORT": "29500", "CUGATHER_JOB_TOKEN": TOKEN}
     job = read_env(env)
     assert (job.rank, job.world_size, job.local_rank, job.master_port, job.token) == (
-        1, 2, 1, 29500, "t")
+        1, 2, 1, 29500, TOKEN)
+    assert TOKEN not in repr(job)  # a secret stays out of log lines
     with pytest.raises(ValueError, match="RANK must be in"):
         read_env(dict(env, RANK="2"))
     with pytest.raises(ValueError, match="MASTER_PORT must be an integer"):
         read_env(dict(env, MASTER_PORT="http"))
     with pytest.raises(ValueError, match="WORLD_SIZE is not set"):
         read_env({k: v for k, v in env.items() if k != "WORLD_SIZE"})
-    with pytest.raises(ValueError, match="CUGATHER_JOB_TOKEN is not set"):
+    with pytest.raises(ValueError, match="CUGATHER_JOB_TOKEN is empty.*10.1.2.3"):
         read_env(dict({k: v for k, v in env.items() if k != "CUGATHER_JOB_TOKEN"},
                       MASTER_ADDR="10.1.2.3"))
     assert read_env(dict(env, TORCHELASTIC_USE_AGENT_STORE="True")).agent_store
