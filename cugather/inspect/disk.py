@@ -1,6 +1,9 @@
 """cugather's disk cache as :mod:`cugather.jit` shows it: entries, their state, deletion.
 
-Listing and deleting need no NVRTC.  Telling a *current* entry (one this
+Listing and deleting need no NVRTC.  Reading an entry never follows a link,
+never blocks and never raises for what a file holds: an entry that is not a
+private regular file of this user's, signed with this user's cache key (see
+:mod:`cugather.compile.diskcache`), is ``"damaged"``.  Telling a *current* entry (one this
 installation would load) from a *stale* one needs NVRTC's version, which is
 part of the entry's name; without NVRTC, intact entries are ``"unknown"``.
 """
@@ -68,20 +71,22 @@ def disk_kernels() -> List[DiskEntry]:
     checkable = _nvrtc_loads()
     for path in _compiler.disk_entries():
         try:
-            st = os.stat(path)
+            st = os.lstat(path)  # a link's own size: nothing it points to is touched
         except OSError:  # removed meanwhile
             continue
         name = os.path.basename(path)[:-len(_compiler.ENTRY_SUFFIX)]
         try:
             meta, ck = _compiler.read_entry(path)
+            state = "unknown" if not checkable else "current" if _is_current(ck, path) else "stale"
+            info = KernelInfo.from_compiled(ck)
         except FileNotFoundError:
             continue
-        except _compiler.CacheEntryError as e:
-            entries.append(DiskEntry(name, path, st.st_size, st.st_mtime, "damaged", str(e)))
+        except Exception as e:  # CacheEntryError, or anything else a hostile file provokes
+            problem = str(e) if isinstance(e, _compiler.CacheEntryError) else (
+                f"it cannot be read ({type(e).__name__}: {str(e)[:200]})")
+            entries.append(DiskEntry(name, path, st.st_size, st.st_mtime, "damaged", problem))
             continue
-        state = "unknown" if not checkable else "current" if _is_current(ck, path) else "stale"
-        entries.append(DiskEntry(name, path, st.st_size, st.st_mtime, state, "", meta,
-                                 KernelInfo.from_compiled(ck)))
+        entries.append(DiskEntry(name, path, st.st_size, st.st_mtime, state, "", meta, info))
     return entries
 
 
