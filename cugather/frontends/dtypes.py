@@ -18,7 +18,8 @@ import numpy
 
 from .. import validate
 
-__all__ = ["numpy_dtype", "is_native", "unsigned_like", "float_fill_bytes", "TORCH_NUMPY"]
+__all__ = ["numpy_dtype", "is_native", "unsigned_like", "float_fill_bytes", "ml_fill_bytes",
+           "TORCH_NUMPY"]
 
 #: torch dtype name -> NumPy dtype name, for the dtypes NumPy itself has.
 TORCH_NUMPY = {
@@ -111,3 +112,23 @@ def float_fill_bytes(fill_value: object, name: str, lo: float, hi: float,
         raise ValueError(f"fill_value {fill_value!r} is out of range for dtype {name} "
                          f"[{lo}, {hi}]")
     return data
+
+
+def ml_fill_bytes(fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
+    """The bytes of ``fill_value`` as one element of an ml_dtypes floating dtype
+    (JAX's bfloat16 and float8 types), converted by ml_dtypes."""
+    ml = _ml_dtypes()
+    try:
+        info = ml.finfo(dtype) if ml is not None else None
+    except (ValueError, TypeError, KeyError):
+        info = None
+    if info is None:
+        raise TypeError(f"fill_value cannot be written as dtype {dtype}: only NumPy's dtypes "
+                        f"and ml_dtypes' floating types take a fill value")
+
+    def convert(x: float) -> Tuple[bytes, float]:
+        with numpy.errstate(over="ignore", invalid="ignore"):
+            a = numpy.array(x).astype(dtype)
+            return a.tobytes(), float(a.astype(numpy.float64))
+
+    return float_fill_bytes(fill_value, dtype.name, float(info.min), float(info.max), convert)

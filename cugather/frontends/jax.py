@@ -99,26 +99,7 @@ class JaxBackend(CudaBackend):
         """``fill_value`` as one element of ``dtype`` (ml_dtypes' types included)."""
         if dtypes.is_native(dtype):
             return validate.fill_bytes(fill_value, dtype)
-        return ml_fill_bytes(fill_value, dtype)
-
-
-def ml_fill_bytes(fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
-    """The bytes of ``fill_value`` as one element of an ml_dtypes floating dtype."""
-    import ml_dtypes
-
-    try:
-        info = ml_dtypes.finfo(dtype)
-    except (ValueError, TypeError, KeyError):
-        raise TypeError(f"fill_value cannot be written as dtype {dtype}: only NumPy's dtypes "
-                        f"and ml_dtypes' floating types take a fill value") from None
-
-    def convert(x: float) -> Tuple[bytes, float]:
-        with numpy.errstate(over="ignore", invalid="ignore"):
-            a = numpy.array(x).astype(dtype)
-            return a.tobytes(), float(a.astype(numpy.float64))
-
-    return dtypes.float_fill_bytes(fill_value, dtype.name, float(info.min), float(info.max),
-                                   convert)
+        return dtypes.ml_fill_bytes(fill_value, dtype)
 
 
 BACKEND = JaxBackend()
