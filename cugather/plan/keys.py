@@ -92,6 +92,16 @@ KIND_SPECS = {
     # (peer memory); it divides nothing, so one index math.
     "sharded": KindSpec("sharded.cuh", "gather_sharded", "ShardedArgs", maths=("fast64",),
                         min_blocks=4, takes_math=False),
+    # GatherBlockQuantized: rows of a block-quantized uint8 table dequantized as
+    # they are gathered; the unit is the output element (2: float16, 4: float32;
+    # the _bf16 kinds write bfloat16).  "quantized" moves rows along the last
+    # (quantize) axis, "quantized_general" one element per thread for any
+    # quantize axis.  Row and element splits are 64-bit: one per row.
+    **{kind: KindSpec("quantized.cuh", f"gather_{kind}", "QuantArgs", maths=("fast64",),
+                      modes=_ONNX_MODES, units=units, min_blocks=tuning.QUANT_BLOCKS,
+                      takes_math=False)
+       for kind, units in (("quantized", (2, 4)), ("quantized_bf16", (2,)),
+                           ("quantized_general", (2, 4)), ("quantized_general_bf16", (2,)))},
 }
 KINDS = tuple(KIND_SPECS)
 CHECK_KINDS = tuple(k for k, s in KIND_SPECS.items() if not s.moves_data)

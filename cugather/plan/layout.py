@@ -5,7 +5,7 @@ the matching dtype.  Every rendered source carries ``static_assert``s built
 from these offsets, so a drift between the two sides fails to compile.  The
 structs live beside their kernels: ``GatherArgs``, ``StridedArgs``,
 ``WindowArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh,
-``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh.
+``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh, ``QuantArgs`` in kernels/quantized.cuh.
 """
 
 from __future__ import annotations
@@ -89,11 +89,23 @@ SHARDED_ARGS = numpy.dtype([
     ("bases", "<u8", (MAX_RANKS,)),
 ], align=True)
 
+# kernels/quantized.cuh: the pointers of every kernel, then scales and zero points
+QUANT_ARGS = numpy.dtype([
+    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"), ("first_bad", "<u8"),
+    ("scales", "<u8"), ("zero_points", "<u8"),
+    ("rows", "<u8"), ("total", "<u8"), ("axis_len", "<i8"),
+    ("m1", "<u8"), ("nq", "<u8"), ("m2", "<u8"), ("nb", "<u8"), ("nzq", "<u8"),
+    ("row_bytes", "<u8"), ("chunks", "<u8"),
+    ("m1_div", DIVISOR), ("nq_div", DIVISOR), ("m2_div", DIVISOR),
+    ("bits", "<u4"), ("log2_block", "<u4"), ("default_zp", "<u4"), ("vec", "<u4"),
+    _FILL,
+], align=True)
+
 #: C struct name -> dtype.
 ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
                "WindowArgs": WINDOW_ARGS, "CheckArgs": CHECK_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
-               "ShardedArgs": SHARDED_ARGS}
+               "ShardedArgs": SHARDED_ARGS, "QuantArgs": QUANT_ARGS}
 
 #: Pointer fields, in the order the launcher writes them for each call.
 POINTER_FIELDS = {
@@ -105,6 +117,8 @@ POINTER_FIELDS = {
     "NDArgs": ("data", "indices", "out"),
     "NDCheckArgs": ("indices", "first_bad"),
     "ShardedArgs": ("indices", "out"),  # shard bases are fields of the plan
+    # zero_points is 0 when absent (the kernel then uses the default zero point)
+    "QuantArgs": ("data", "indices", "out", "first_bad", "scales", "zero_points"),
 }
 
 

@@ -51,6 +51,12 @@ CHUNKS_BLOCKS = 8
 # thread at most.
 MAX_RANKS = 64
 SHARDED_RU = 4
+# quantized (GatherBlockQuantized): values per thread per step (16: one block
+# of the smallest block size holds a whole chunk, so a thread reads one scale;
+# 8 packed bytes of 4-bit values or 16 of 8-bit ones, 32 or 64 output bytes);
+# __launch_bounds__ minimum resident blocks.
+QUANT_VALUES = 16
+QUANT_BLOCKS = 6
 # Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
 CHECK_GRID_MAX = 4096
 
@@ -82,4 +88,5 @@ KERNEL_DEFINES = {
     "CG_STREAM_STORES": STREAM_STORES,
     "CG_STREAM_INDICES": STREAM_INDICES,
     "CG_ND_SLICE_NO_L1": ND_SLICE_NO_L1,
+    "CG_QUANT_VALUES": QUANT_VALUES,
 }
