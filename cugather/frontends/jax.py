@@ -77,6 +77,9 @@ class JaxBackend(CudaBackend):
     fast_path = False
     array_type = JaxView
 
+    def __init__(self) -> None:
+        CudaBackend.__init__(self)  # the kernel loader, limits and flags of CUDA
+
     @staticmethod
     def pointer(arr: Any) -> int:
         return int(arr.ptr)
@@ -95,7 +98,8 @@ class JaxBackend(CudaBackend):
     def contiguous_copy(self, data: Any, device: int) -> JaxView:
         return JaxView.wrap(super().contiguous_copy(data.base, device), data.dtype)
 
-    def fill_bytes(self, fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
+    @staticmethod
+    def fill_bytes(fill_value: Any, dtype: Any) -> bytes:
         """``fill_value`` as one element of ``dtype`` (ml_dtypes' types included)."""
         if dtypes.is_native(dtype):
             return validate.fill_bytes(fill_value, dtype)

@@ -44,7 +44,7 @@ def _torch_dtypes() -> Dict[Any, numpy.dtype[Any]]:
 _TO_NUMPY = _torch_dtypes()
 _TO_TORCH = {dt: td for td, dt in _TO_NUMPY.items()}
 _I32, _I64 = validate.INDEX_DTYPES
-_INDEX = {torch.int32: _I32, torch.int64: _I64}
+_INDEX: Dict[Any, numpy.dtype[Any]] = {torch.int32: _I32, torch.int64: _I64}
 
 
 def numpy_dtype(td: Any) -> numpy.dtype[Any]:
@@ -111,6 +111,9 @@ class TorchBackend(CudaBackend):
     fast_path = False  # the runtime's fast path allocates CuPy arrays
     array_type = TorchView
 
+    def __init__(self) -> None:
+        CudaBackend.__init__(self)  # the kernel loader, limits and flags of CUDA
+
     @staticmethod
     def pointer(arr: Any) -> int:
         return int(arr.ptr)
@@ -138,7 +141,8 @@ class TorchBackend(CudaBackend):
     def contiguous_copy(self, data: Any, device: int) -> TorchView:
         return view_of(data.base.contiguous())
 
-    def fill_bytes(self, fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
+    @staticmethod
+    def fill_bytes(fill_value: Any, dtype: Any) -> bytes:
         """``fill_value`` as one element of the torch dtype ``dtype`` stands for."""
         if dtypes.is_native(dtype):
             return validate.fill_bytes(fill_value, dtype)

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Optional
+import struct
+from typing import Any, Optional, Tuple
 
+import numpy as np
 import torch
 from torch.library import Library
 
@@ -51,15 +53,32 @@ from . import reference
 __all__ = ["gather", "take", "gather_elements", "gather_nd", "LIBRARY"]
 
 # ---------------------------------------------------------------- eager, on CUDA
-_ops: "OrderedDict[tuple, Any]" = OrderedDict()  # GatherOp per (take?, axis, mode, fill)
+_ops: "OrderedDict[Tuple[Any, ...], Any]" = OrderedDict()  # GatherOp per (take?, axis, mode, fill)
 _ops_lock = threading.Lock()
 _view, _prepare_indices, _prepare_out, _BACKEND = (
     _fe.view_of, _fe.FRONTEND.prepare_indices, _fe.FRONTEND.prepare_out, _fe.BACKEND)
 
 
+def _fill_key(fill_value: Any) -> Any:
+    """A hashable stand-in for ``fill_value`` made of its bytes (``-0.0`` is not ``0.0``)."""
+    t = type(fill_value)
+    if t is int or t is bool:
+        return (t, fill_value)
+    if t is float:
+        return (t, struct.pack("<d", fill_value))
+    if t is complex:
+        return (t, struct.pack("<dd", fill_value.real, fill_value.imag))
+    value = np.asarray(fill_value)
+    return (t, value.dtype.str, value.shape, value.tobytes())
+
+
 def _op(take: bool, axis: int, mode: str, fill_value: Any) -> Any:
-    key = (take, type(axis), axis, mode, validate.fill_token(fill_value))
-    op = _ops.get(key)
+    try:
+        key = (take, type(axis), axis, mode, _fill_key(fill_value))
+        op = _ops.get(key)
+    except TypeError:  # unhashable axis or an odd fill value: the op's checks report it
+        return (_gather.take_op(axis, mode) if take
+                else _gather.GatherOp(axis, mode=mode, fill_value=fill_value))
     if op is None:
         op = (_gather.take_op(axis, mode) if take
               else _gather.GatherOp(axis, mode=mode, fill_value=fill_value))
@@ -76,7 +95,7 @@ def _gather_cuda(data: Any, indices: Any, axis: int, mode: str, fill_value: Any,
     if stream is not None:
         with _fe.FRONTEND.on_stream(stream):
             return _gather_cuda(data, indices, axis, mode, fill_value, out, None, take)
-    d = _view(data)
+    d: Any = _view(data)
     if d.ndim == 0 and take:
         d = d.reshape((1,))
     i = _prepare_indices(indices, d.device, take)
@@ -251,7 +270,6 @@ def _integer_indices(indices: Any, allow_bool: bool = False) -> None:
     validate.index_dtype(_fe.numpy_dtype(indices.dtype), allow_bool)
 
 
-@torch.library.register_fake("cugather::gather", lib=LIBRARY)
 def _gather_fake(data: Any, indices: Any, axis: int = 0, mode: str = "raise",
                  fill_value: Any = 0) -> Any:
     validate.check_mode(mode, validate.GATHER_MODES)
@@ -262,7 +280,6 @@ def _gather_fake(data: Any, indices: Any, axis: int = 0, mode: str = "raise",
     return data.new_empty(reference.gather_shape(data.shape, indices.shape, axis))
 
 
-@torch.library.register_fake("cugather::take", lib=LIBRARY)
 def _take_fake(a: Any, indices: Any, axis: Optional[int] = None, mode: str = "raise") -> Any:
     validate.check_mode(mode, validate.TAKE_MODES)
     _integer_indices(indices, allow_bool=True)
@@ -273,7 +290,6 @@ def _take_fake(a: Any, indices: Any, axis: Optional[int] = None, mode: str = "ra
     return a.new_empty(reference.gather_shape(shape, indices.shape, axis))
 
 
-@torch.library.register_fake("cugather::gather_elements", lib=LIBRARY)
 def _elements_fake(data: Any, indices: Any, axis: int = 0, mode: str = "raise",
                    fill_value: Any = 0) -> Any:
     validate.check_mode(mode, validate.GATHER_MODES)
@@ -284,7 +300,6 @@ def _elements_fake(data: Any, indices: Any, axis: int = 0, mode: str = "raise",
     return data.new_empty(elements_shape(data.shape, indices.shape, axis))
 
 
-@torch.library.register_fake("cugather::gather_nd", lib=LIBRARY)
 def _nd_fake(data: Any, indices: Any, batch_dims: int = 0, mode: str = "raise",
              fill_value: Any = 0) -> Any:
     validate.check_mode(mode, validate.GATHER_MODES)
@@ -292,20 +307,25 @@ def _nd_fake(data: Any, indices: Any, batch_dims: int = 0, mode: str = "raise",
     return data.new_empty(nd_shape(data.shape, indices.shape, batch_dims))
 
 
+for _name, _fake in (("gather", _gather_fake), ("take", _take_fake),
+                     ("gather_elements", _elements_fake), ("gather_nd", _nd_fake)):
+    torch.library.register_fake(f"cugather::{_name}", _fake, lib=LIBRARY)
+
+
 # ---------------------------------------------------------------- autograd
-def _setup(ctx: Any, inputs: tuple, output: Any) -> None:
+def _setup(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
     data, indices, axis, mode = inputs[:4]
     ctx.save_for_backward(indices)
     ctx.data_shape, ctx.axis, ctx.mode = tuple(data.shape), axis, mode
 
 
-def _gather_grad(ctx: Any, grad: Any) -> tuple:
+def _gather_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
     indices, = ctx.saved_tensors
     return (reference.gather_backward(grad, indices, ctx.data_shape, ctx.axis, ctx.mode),
             None, None, None, None)
 
 
-def _take_grad(ctx: Any, grad: Any) -> tuple:
+def _take_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
     indices, = ctx.saved_tensors
     shape, axis, mode = ctx.data_shape, ctx.axis, _take_mode(ctx.mode)
     if axis is None:
@@ -317,20 +337,20 @@ def _take_grad(ctx: Any, grad: Any) -> tuple:
     return reference.gather_backward(grad, indices, shape, axis, mode), None, None, None
 
 
-def _numel(shape: tuple) -> int:
+def _numel(shape: Tuple[int, ...]) -> int:
     n = 1
     for k in shape:
         n *= k
     return n
 
 
-def _elements_grad(ctx: Any, grad: Any) -> tuple:
+def _elements_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
     indices, = ctx.saved_tensors
     return (reference.elements_backward(grad, indices, ctx.data_shape, ctx.axis, ctx.mode),
             None, None, None, None)
 
 
-def _nd_grad(ctx: Any, grad: Any) -> tuple:
+def _nd_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
     indices, = ctx.saved_tensors
     return (reference.nd_backward(grad, indices, ctx.data_shape, ctx.axis, ctx.mode),
             None, None, None, None)

@@ -16,7 +16,7 @@ asks for it.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import torch
 
@@ -28,7 +28,7 @@ __all__ = ["resolve", "gather", "elements", "nd", "gather_backward", "elements_b
            "nd_backward", "gather_shape"]
 
 
-def resolve(indices: Any, n: int, mode: str) -> Tuple[Any, Optional[Any]]:
+def resolve(indices: Any, n: int, mode: str) -> Tuple[Any, Any]:
     """(int64 indices in ``[0, n)``, mask of the valid ones or None) for ``mode``."""
     i = indices.to(torch.int64)
     if mode == "wrap":
@@ -72,7 +72,8 @@ def _empty_axis(out_shape: Tuple[int, ...], like: Any, mode: str, fill_value: An
     return torch.full(out_shape, fill_value, dtype=like.dtype, device=like.device)
 
 
-def gather_shape(data_shape: Sequence[int], indices_shape: Sequence[int], axis: int) -> tuple:
+def gather_shape(data_shape: Sequence[int], indices_shape: Sequence[int],
+                 axis: int) -> Tuple[int, ...]:
     """ONNX Gather's output shape (``axis`` normalised)."""
     d = tuple(data_shape)
     return d[:axis] + tuple(indices_shape) + d[axis + 1:]
@@ -97,7 +98,7 @@ def gather(data: Any, indices: Any, axis: int, mode: str, fill_value: Any = 0) -
     return out.contiguous()
 
 
-def _coordinates(shape: Tuple[int, ...], axis: int, safe: Any) -> tuple:
+def _coordinates(shape: Tuple[int, ...], axis: int, safe: Any) -> Tuple[Any, ...]:
     """Advanced-indexing tuple picking ``safe`` along ``axis`` at every position of ``shape``."""
     coords = []
     for d, k in enumerate(shape):
@@ -128,10 +129,11 @@ def elements(data: Any, indices: Any, axis: int, mode: str, fill_value: Any = 0)
     return out.contiguous()
 
 
-def _nd_components(data: Any, indices: Any, b: int, mode: str) -> Tuple[list, Optional[Any]]:
+def _nd_components(data: Any, indices: Any, b: int, mode: str) -> Tuple[List[Any], Any]:
     m = indices.shape[-1]
     bounds = tuple(data.shape[b:b + m])
-    comps, keeps = [], []
+    comps: List[Any] = []
+    keeps: List[Any] = []
     for k, n in enumerate(bounds):
         safe, keep = resolve(indices[..., k], n, mode)
         comps.append(safe)
@@ -169,7 +171,7 @@ def nd(data: Any, indices: Any, batch_dims: int, mode: str, fill_value: Any = 0)
 
 
 # ---------------------------------------------------------------- gradients
-def _masked(grad: Any, keep: Optional[Any], shape: Tuple[int, ...]) -> Any:
+def _masked(grad: Any, keep: Any, shape: Tuple[int, ...]) -> Any:
     return grad if keep is None else torch.where(keep.reshape(shape), grad, 0)
 
 
