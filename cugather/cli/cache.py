@@ -1,8 +1,10 @@
 """``cugather cache list | show NAME | clear [--stale]``: cugather's kernel files.
 
 Everything here works without a GPU and without NVRTC; without NVRTC an intact
-file's state (current or stale) is unknown, and every action ends with the
-paragraph that says what is missing and how to install it.
+file's state (current or stale) is unknown, and every action that finds
+kernel files ends with the paragraph that says what is missing and how to
+install it.  A hostile or damaged file is listed as ``damaged``; nothing a
+file holds makes a command fail.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the action; exit status 0, 1 (a listing or --stale fell short) or 2 (bad NAME)."""
     if args.action == "clear":
-        code = _clear(args)
+        code, found = _clear(args)
     else:
         entries = jit.disk_kernels()
         code = (_show if args.action == "show" else _list)(args, entries)
+        found = bool(entries)
     problem = probe().nvrtc_problem
-    if problem and not args.json:
+    if problem and found and not args.json:  # files whose state only NVRTC could tell
         print(f"\n{problem}")
     return code
 
@@ -109,7 +112,8 @@ def _show(args: argparse.Namespace, entries: List[jit.DiskEntry]) -> int:
     return print_listing(text, err, args.listing, e.info)
 
 
-def _clear(args: argparse.Namespace) -> int:
+def _clear(args: argparse.Namespace) -> Tuple[int, bool]:
+    """(exit status, whether there were kernel files)."""
     folder = jit.cache_info().cache_dir
     if args.stale:
         removed = jit.disk_clear(stale_only=True)
@@ -126,7 +130,7 @@ def _clear(args: argparse.Namespace) -> int:
         if unknown:
             print(f"\nkept {len(unknown)} intact file(s) whose state is unknown: without NVRTC "
                   f"current and stale files cannot be told apart.")
-    return 1 if unknown else 0
+    return (1 if unknown else 0), bool(removed or unknown)
 
 
 def _entry_dict(e: jit.DiskEntry) -> Dict[str, Any]:

@@ -3,7 +3,9 @@
 With no command it runs the demo.  A command that cannot do its work because
 CuPy, NVRTC, the driver or a GPU is missing says so in one paragraph, with the
 pip command that installs what is missing, and exits with status 1; it never
-ends in a traceback for that reason.
+ends in a traceback for that reason.  Any other error is shown as it is (with
+its traceback), even on a machine that lacks a GPU: the paragraph is only for
+errors that come from CUDA, CuPy, NVRTC or the driver.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -81,13 +84,38 @@ def _script_name() -> str:
     return name if name.startswith("cugather") else "cugather"
 
 
+#: Packages whose exceptions are about the machine: CuPy, its CUDA bindings, NVIDIA's wheels.
+_CUDA_PACKAGES = ("cupy", "cupy_backends", "cupyx", "cuda", "nvidia")
+_CUDA_WORDS = re.compile(r"cuda|nvrtc|nvidia|driver", re.IGNORECASE)
+
+
+def about_the_machine(e: BaseException) -> bool:
+    """Whether ``e`` (or an exception it was raised from) comes from CUDA, CuPy, NVRTC or
+    the driver -- what a missing package or GPU explains -- rather than from a bug."""
+    seen: List[BaseException] = []
+    cur: Optional[BaseException] = e
+    while cur is not None and len(seen) < 8 and cur not in seen:
+        seen.append(cur)
+        if isinstance(cur, ImportError):
+            if (cur.name or "").partition(".")[0] in _CUDA_PACKAGES or _CUDA_WORDS.search(str(cur)):
+                return True
+        elif type(cur).__module__.partition(".")[0] in _CUDA_PACKAGES:
+            return True  # CUDARuntimeError, CUDADriverError, NVRTCError, ...
+        elif isinstance(cur, (OSError, RuntimeError)) and _CUDA_WORDS.search(str(cur)):
+            return True  # libcuda.so cannot be loaded, "CUDA driver version is insufficient"
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def _environment_problem(e: BaseException) -> Optional[str]:
-    """The paragraph on what this machine lacks, if that can explain ``e``."""
+    """The paragraph on what this machine lacks, if that is what ``e`` is about."""
     from ..env import probe
     from ..inspect.api import NvrtcUnavailableError
 
     if isinstance(e, NvrtcUnavailableError):
         return str(e)
+    if not about_the_machine(e):
+        return None  # a bug or a bad input: its own message and traceback say more
     env = probe()
     problems = [p for p in (env.cupy_problem, env.nvrtc_problem, env.gpu_problem) if p]
     return "\n\n".join(dict.fromkeys(problems)) or None

@@ -221,8 +221,9 @@ def compile(kind: str, dtype: Any, index_dtype: Any, *, mode: str = "raise",
         ``unit=None`` the unit is the widest one dividing ``dtype.itemsize``
         (float16 -> 2, complex128 -> 16, a 6-byte record -> 2), the kernel a
         gather of single elements would use; rows of several elements usually
-        get a wider unit (see ``GatherOp.plan``).  Ignored for bounds checks;
-        may be None when ``unit`` is given.
+        get a wider unit (see ``GatherOp.plan``).  A dtype no op gathers
+        (objects, strings, datetimes) is refused.  Ignored for bounds checks; may
+        be None when ``unit`` is given.
     index_dtype : {"int32", "int64"}
         Index type (numpy dtypes are accepted).
     mode : {"raise", "wrap", "clip", "clip_numpy", "fill"}
@@ -293,15 +294,32 @@ def _index_dtype_name(index_dtype: Any) -> str:
     return name
 
 
+#: Kinds of dtype no op gathers (CuPy holds none of them; an object array holds pointers).
+_REFUSED_KINDS = {"O": "object", "S": "bytes", "U": "str", "M": "datetime64",
+                  "m": "timedelta64"}
+
+
+def _data_dtype(dtype: Any) -> numpy.dtype[Any]:
+    """``dtype`` as a NumPy dtype that some op gathers; ValueError names it otherwise."""
+    try:
+        dt: numpy.dtype[Any] = numpy.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype must be a NumPy dtype, got {dtype!r}") from None
+    if dt.kind in _REFUSED_KINDS or dt.hasobject:
+        raise ValueError(f"dtype must be one that an op gathers (booleans, numbers, records of "
+                         f"them), got {dt} ({_REFUSED_KINDS.get(dt.kind, 'holds objects')}): "
+                         f"no op accepts it, so no kernel is compiled for it")
+    return dt
+
+
 def _unit(dtype: Any, unit: Optional[int]) -> int:
     if unit is not None:
+        if dtype is not None:
+            _data_dtype(dtype)
         return int(_pick("unit", unit, UNITS))
     if dtype is None:
         raise ValueError("dtype is None and no unit is given: give one of them")
-    try:
-        itemsize = numpy.dtype(dtype).itemsize
-    except TypeError:
-        raise ValueError(f"dtype must be a NumPy dtype, got {dtype!r}") from None
+    itemsize = _data_dtype(dtype).itemsize
     if itemsize == 0:
         raise ValueError(f"dtype must have a non-zero item size, got {dtype!r}")
     return int(unit_for(itemsize))

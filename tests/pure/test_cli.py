@@ -103,7 +103,7 @@ def test_info_json(capsys, cache):
 
 
 def test_cache_list_of_an_empty_cache(capsys, cache):
-    code, out, _ = run(capsys, "cache", "list")
+    code, out, _ = run(capsys, "cache", "list")  # no file: nothing NVRTC would tell apart
     assert code == 0 and out == f"{cache}: 0 cugather kernel file(s), 0 B\n"
     assert run(capsys, "cache") == (0, out, "")  # list is the default action
     code, doc, _ = run_json(capsys, "cache", "list")
@@ -115,9 +115,10 @@ def test_cache_clear_leaves_the_rest_of_cupys_cache(capsys, cache):
     (cache / "cugather_a.sm_90.1.cgk").write_bytes(b"junk")
     (cache.parent / "cupy_own.cubin").write_bytes(b"CuPy's")
     code, out, _ = run(capsys, "cache", "clear")
+    problem = probe().nvrtc_problem  # where CuPy or NVRTC is missing, the output ends with it
     assert code == 0
     assert out == (f"removed 1 cugather kernel file(s) from {cache}; nothing else of CuPy's "
-                   f"cache was touched\n")
+                   f"cache was touched\n") + (f"\n{problem}\n" if problem else "")
     assert (cache.parent / "cupy_own.cubin").read_bytes() == b"CuPy's"
     code, doc, _ = run_json(capsys, "cache", "clear")
     assert doc == {"cache_dir": str(cache), "removed": 0, "stale_only": False, "unchecked": 0}
@@ -139,3 +140,35 @@ def test_cache_show_unknown_name(capsys):
     assert "NAME 'nothing_here' matches no kernel file" in err
 
 
+
+
+class _CudaError(RuntimeError):
+    """Stands for CuPy's CUDARuntimeError (its module is what tells it apart)."""
+
+
+_CudaError.__module__ = "cupy_backends.cuda.api.runtime"
+
+
+@pytest.mark.parametrize("error,about_the_machine", [
+    (ValueError("a bug in the command"), False),
+    (KeyError("state"), False),
+    (_CudaError("cudaErrorNoDevice: no CUDA-capable device is detected"), True),
+    (OSError("libcuda.so.1: cannot open shared object file"), True),
+    (ModuleNotFoundError("No module named 'cupy'", name="cupy"), True),
+])
+def test_the_no_driver_paragraph_is_only_for_errors_about_the_driver(capsys, monkeypatch, error,
+                                                                      about_the_machine):
+    from cugather import env as _env
+    from cugather.cli import info
+
+    def fail(args):
+        raise error
+
+    monkeypatch.setattr(_env, "probe", lambda: _env.Environment())  # no driver, no GPU
+    monkeypatch.setattr(info, "run", fail)
+    if not about_the_machine:
+        with pytest.raises(type(error)):  # the real error, with its traceback
+            main(["info"], prog="cugather")
+        return
+    code, out, err = run(capsys, "info")
+    assert code == 1 and "No NVIDIA driver was found" in err and str(error) in err
