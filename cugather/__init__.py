@@ -14,8 +14,9 @@ from . import jit  # inspect and control compiled kernels
 from .ops.elements import gather_elements, take_along_axis
 from .ops.gather import GatherOp, gather, take
 from .ops.nd import gather_nd
+from .ops.quantized import gather_block_quantized
 from .plan.gather import GatherPlan
-from .runtime.cache import CacheInfo
+from .runtime.cache import PlanCacheInfo
 
-__all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "CacheInfo",
-           "gather_elements", "take_along_axis", "gather_nd", "jit"]
+__all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "PlanCacheInfo",
+           "gather_elements", "take_along_axis", "gather_nd", "gather_block_quantized", "jit"]

@@ -1,27 +1,25 @@
 """Validation and normalisation of user arguments: the first pipeline stage.
 
 Every error names the argument and the value received, with NumPy's
-exception types, and nothing the caller passed is modified.  Validation ends
-in a :class:`Geometry`, the frozen key the op runtime caches plans under.
-CuPy is imported lazily so that ``import cugather`` works on machines
-without it.
+exception types, and nothing the caller passed is modified.  The validated
+arrays then make the call key the op runtime caches plans under
+(``cugather.runtime.key``).  CuPy is imported lazily so that ``import
+cugather`` works on machines without it.
 """
 
 from __future__ import annotations
 
-import struct
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy
 
-from .plan.core import alignment
+from .plan.core import Operand
 
 __all__ = [
-    "GATHER_MODES", "TAKE_MODES", "INDEX_DTYPES", "Geometry", "geometry", "geometry_of",
-    "out_pointer",
-    "cupy_module", "cupy_ndarray", "check_mode", "normalize_axis", "as_data", "as_indices", "index_dtype",
-    "check_data_dtype", "is_gpu_array", "check_fill", "fill_bytes", "fill_token", "check_out",
-    "current_stream", "external_stream", "stream_pointer", "alignment", "extent",
+    "GATHER_MODES", "TAKE_MODES", "INDEX_DTYPES", "cupy_module", "cupy_ndarray", "check_mode",
+    "normalize_axis", "as_data", "as_indices", "index_dtype", "check_data_dtype",
+    "is_gpu_array", "check_fill", "fill_bytes", "check_out", "current_stream",
+    "external_stream", "stream_pointer", "extent",
 ]
 
 GATHER_MODES = ("raise", "wrap", "clip", "fill")
@@ -157,7 +155,13 @@ def is_gpu_array(obj: Any) -> bool:
 
 
 def check_fill(fill_value: object) -> numpy.ndarray[Any, Any]:
-    """``fill_value`` as a 0-d NumPy array, or TypeError/ValueError."""
+    """``fill_value`` as a 0-d NumPy array, or TypeError/ValueError.
+
+    A Python int beyond 64 bits stays a Python int (an object array): no
+    dtype holds it exactly, and :func:`fill_bytes` says so for the data's.
+    """
+    if type(fill_value) is int and not -(1 << 63) <= fill_value < (1 << 64):
+        return numpy.asarray(fill_value, dtype=object)
     value = numpy.asarray(fill_value)
     if value.dtype.kind not in "biufc":
         raise TypeError(f"fill_value must be a number, got {_type_name(fill_value)} "
@@ -171,6 +175,10 @@ def fill_bytes(fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
     """The bytes of ``fill_value`` as one element of ``dtype``, checked."""
     value = check_fill(fill_value)
     kind = dtype.kind
+    if value.dtype == object:  # an int beyond 64 bits
+        if kind in "fc" and abs(fill_value) <= numpy.finfo(dtype).max:  # type: ignore[arg-type]
+            return numpy.array(float(fill_value), dtype=dtype).tobytes()  # type: ignore[arg-type]
+        raise ValueError(f"fill_value {fill_value} is out of range for dtype {dtype}")
     if value.dtype.kind == "c" and kind != "c" and value.imag != 0:
         raise TypeError(f"fill_value {fill_value!r} is complex; data has dtype {dtype}")
     real = value.real if value.dtype.kind == "c" else value
@@ -189,15 +197,9 @@ def fill_bytes(fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
 def extent(arr: Array, pointer: Optional[Callable[[Array], int]] = None) -> Tuple[int, int]:
     """[low, high) byte addresses an array touches (``pointer(arr)`` its address;
     default a CuPy array's)."""
-    lo = hi = arr.data.ptr if pointer is None else pointer(arr)
-    for n, s in zip(arr.shape, arr.strides):
-        if n == 0:
-            return (lo, lo)
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return (lo, hi + arr.itemsize)
+    base = arr.data.ptr if pointer is None else pointer(arr)
+    lo, hi = Operand(tuple(arr.shape), tuple(arr.strides), arr.itemsize).extent()
+    return (base + lo, base + hi)
 
 
 def check_out(out: object, shape: Shape, dtype: numpy.dtype[Any], device: int,
@@ -298,70 +300,3 @@ def check_data_dtype(dtype: Any, argname: str = "data") -> numpy.dtype[Any]:
         raise TypeError(f"{argname} must have a boolean, integer, floating or complex dtype, "
                         f"got {dt}")
     return dt
-
-
-# ---------------------------------------------------------------- geometry
-class Geometry(NamedTuple):
-    """Everything a plan depends on, as the key the op runtime caches plans under.
-
-    ``fill`` is :func:`fill_token` of the fill value (None unless the mode
-    fills): keyed by its bytes, so ``-0.0`` and ``0.0`` are different plans.
-    """
-
-    op: str              # "gather", "take", "elements", "along", "nd"
-    backend: Any         # where kernels run (cugather.runtime.launch.CUDA)
-    device: int
-    data_shape: Shape
-    data_strides: Shape
-    dtype: numpy.dtype[Any]
-    indices_shape: Shape
-    index_dtype: numpy.dtype[Any]
-    data_align: int      # largest power of two (<= 256) dividing data's address
-    out_align: int       # the same for out= (256 without one)
-    axis: int            # normalised gather axis; batch_dims for GatherND
-    mode: str            # kernel mode
-    fill: object
-
-
-_new_tuple = tuple.__new__
-
-
-def geometry(op: str, backend: object, device: int, data: Array, indices: Array, data_ptr: int,
-             out_ptr: int, axis: int, mode: str, fill: object = None) -> Geometry:
-    """The :class:`Geometry` of a call on validated arrays (``out_ptr`` 0 without out=).
-
-    Built without NamedTuple's argument parsing: this runs on every call.
-    """
-    return _new_tuple(Geometry, (
-        op, backend, device, data.shape, data.strides, data.dtype, indices.shape, indices.dtype,
-        256 if not data_ptr & 255 else data_ptr & -data_ptr,
-        256 if not out_ptr & 255 else out_ptr & -out_ptr, axis, mode, fill))
-
-
-def out_pointer(out: object, backend: Any) -> int:
-    """``out``'s address, or 0 when it is None or not an array of ``backend``
-    (check_out reports the latter)."""
-    return backend.pointer(out) if isinstance(out, backend.array_type) else 0
-
-
-def geometry_of(geo: Geometry, data: Array) -> Geometry:
-    """``geo`` with ``data`` (a copy of the original) in place of the original."""
-    return geo._replace(data_shape=data.shape, data_strides=data.strides,
-                        data_align=alignment(geo.backend.pointer(data)))
-
-
-def fill_token(fill_value: Any) -> object:
-    """A hashable stand-in for ``fill_value`` made of its bytes (``-0.0`` is not
-    ``0.0``, ``1`` is not ``True``'s numpy bool), or None when unhashable."""
-    t = type(fill_value)
-    if t is int:
-        return fill_value
-    if t is float:
-        return struct.pack("<d", fill_value)
-    if t is complex:
-        return struct.pack("<dd", fill_value.real, fill_value.imag)
-    try:
-        value = numpy.asarray(fill_value)
-        return (t.__name__, value.dtype.str, value.shape, value.tobytes())
-    except Exception:  # the op's checks report what is wrong with it
-        return None

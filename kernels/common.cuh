@@ -133,6 +133,30 @@ __device__ __forceinline__ bool resolve(i64& i, i64 s)
     }
 }
 
+// Raise mode checks in the gather kernel itself: an index outside [-s, s)
+// records its flat position in `first_bad` (atomicMin into an 8-byte word the
+// host set to ~0 before the launch and reads after one synchronisation) and
+// takes the fill path, so nothing outside the table is read; the host then
+// discards the output and raises.  Every other mode is resolve()'s.
+template <int MODE>
+__device__ __forceinline__ bool resolve_checked(i64& i, i64 s, u64* first_bad, u64 pos)
+{
+    if (MODE == MODE_RAISE) {
+        if (i < 0) i += s;
+        if ((u64)i < (u64)s) return true;
+        atomicMin((unsigned long long*)first_bad, (unsigned long long)pos);
+        return false;
+    }
+    return resolve<MODE>(i, s);
+}
+
+// Whether resolve_checked() can return false, so that a row may take the fill path.
+template <int MODE>
+__device__ __forceinline__ constexpr bool may_skip()
+{
+    return MODE == MODE_FILL || MODE == MODE_RAISE;
+}
+
 // A gather writes each output unit once but may reread any part of the
 // table.  With CG_STREAM_STORES output stores are evict-first (st.global.cs),
 // which leaves L2 to the table.  Index loads stay on the read-only path unless
@@ -245,7 +269,7 @@ __device__ __forceinline__ void copy_rows(typename M::Ix rows, typename M::Ix un
                 for (int kc = 0; kc < CU; ++kc) {
                     const Ix u = ut + (Ix)kc * tx;
                     if (live[kr] && u < units)
-                        v[kr][kc] = (MODE != MODE_FILL || src[kr])
+                        v[kr][kc] = (!may_skip<MODE>() || src[kr])
                             ? load(src[kr] + u)
                             : fill_at<U>(fill, (u64)(rt + (Ix)kr * ty) * (u64)units + (u64)u);
                 }

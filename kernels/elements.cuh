@@ -25,6 +25,7 @@ struct ElementsArgs {
     const char* data;
     const void* indices;
     char* out;
+    u64* first_bad;  // raise mode: the first bad index position (see resolve_checked)
     u64 total;
     i64 axis_len;
     i64 s_axis;   // bytes per step of an index value
@@ -89,7 +90,7 @@ __device__ __forceinline__ void elements_slots(const ElementsArgs& a,
             Ix ipos;
             elements_offsets<M>(a, t[k], off[k], ipos);
             i64 i = load_index(idx + ipos);
-            keep[k] = resolve<MODE>(i, a.axis_len);
+            keep[k] = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)ipos);
             if (keep[k]) off[k] += i * a.s_axis;  // discarded indices may be near 2^63
         }
     }

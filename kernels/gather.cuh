@@ -26,6 +26,7 @@ struct GatherArgs {
     const char* data;
     const void* indices;
     char* out;
+    u64* first_bad;  // raise mode: the first bad index position (see resolve_checked)
     i64 s_outer;     // bytes between outer slices of data (signed)
     i64 s_axis;      // bytes between consecutive positions on the gather axis (signed)
     i64 axis_len;
@@ -47,6 +48,7 @@ struct StridedArgs {
     const char* data;
     const void* indices;
     char* out;
+    u64* first_bad;
     u64 total;       // units in the output
     i64 axis_len;
     i64 s_axis;      // bytes
@@ -64,6 +66,7 @@ struct WindowArgs {
     const char* data;
     const void* indices;
     char* out;
+    u64* first_bad;
     i64 s_outer;
     i64 s_axis;
     i64 axis_len;
@@ -78,12 +81,13 @@ struct WindowArgs {
     u64 fill[2];
 };
 
-// raise-mode bounds check over the indices (Gather, take, GatherElements).
+// raise-mode bounds check over the indices (Gather, take, GatherElements), run
+// before the gather where out= is given, and to name the exact first bad position.
 struct CheckArgs {
     const void* indices;
+    u64* first_bad;  // atomicMin of the positions of out-of-range indices
     u64 n;
     i64 axis_len;
-    u64* first_bad;  // atomicMin of the positions of out-of-range indices
 };
 
 
@@ -110,7 +114,7 @@ __device__ __forceinline__ void gather_row_tiles(const GatherArgs& a, const int 
             Ix o, n;
             divmod<M>(a.n_div, row, o, n);
             i64 i = load_index(idx + n);
-            if (!resolve<MODE>(i, a.axis_len)) return (const U*)0;
+            if (!resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n)) return (const U*)0;
             return (const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis);
         },
         [](const U* p) { return __ldg(p); });
@@ -158,7 +162,7 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
                 Ix o, n;
                 divmod<M>(a.n_div, r, o, n);
                 i64 i = load_index(idx + n);
-                keep[k] = resolve<MODE>(i, a.axis_len);
+                keep[k] = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
                 // Only resolved indices are scaled: a discarded one may be near 2^63.
                 off[k] = keep[k] ? (i64)o * a.s_outer + i * a.s_axis : 0;
             }
@@ -243,7 +247,8 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 #pragma unroll 4
             for (Ix n = first + (Ix)threadIdx.x; n < last; n += blockDim.x) {
                 i64 i = load_index(idx + n);
-                store_stream(dst + n, resolve<MODE>(i, a.axis_len) ? staged[i] : fillv);
+                store_stream(dst + n, resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n)
+                                           ? staged[i] : fillv);
             }
         }
         __syncthreads();
@@ -270,7 +275,7 @@ __device__ __forceinline__ void gather_strided(const StridedArgs& a)
         split_position<M>(a.dims, (int)a.ndim, t, [&](int d, Ix c, Ix) {
             if (d == (int)a.index_dim) {
                 i64 i = load_index(idx + c);
-                keep = resolve<MODE>(i, a.axis_len);
+                keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)c);
                 if (keep) off += i * a.s_axis;  // discarded indices may be near 2^63
             } else {
                 off += (i64)c * a.strides[d];
@@ -354,7 +359,7 @@ __device__ __forceinline__ u64 window_row(const WindowArgs& a, typename M::Ix ro
     Ix o, n;
     divmod<M>(a.n_div, row, o, n);
     i64 i = load_index((const Idx*)a.indices + n);
-    if (!resolve<MODE>(i, a.axis_len)) return 0;
+    if (!resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n)) return 0;
     return (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis);
 }
 
@@ -366,12 +371,12 @@ __device__ __forceinline__ uint4 window_chunk(const WindowArgs& a, typename M::I
     Ix row, off;
     divmod<M>(a.row_div, c * 16, row, off);
     const u64 src = window_row<Idx, M, MODE>(a, row);
-    uint4 v = (MODE != MODE_FILL || src) ? load_window(src + off, lo, hi) : fillv;
+    uint4 v = (!may_skip<MODE>() || src) ? load_window(src + off, lo, hi) : fillv;
     const u64 left = a.row_bytes - (u64)off;  // bytes of this row in the chunk, if < 16
     if (left < 16 && (u64)row + 1 < a.rows) {
         // the next row's window starts `left` bytes early, so its bytes line up
         const u64 next = window_row<Idx, M, MODE>(a, row + 1);
-        const uint4 w = (MODE != MODE_FILL || next) ? load_window(next - left, lo, hi) : fillv;
+        const uint4 w = (!may_skip<MODE>() || next) ? load_window(next - left, lo, hi) : fillv;
         const u32 n = (u32)left;
         v.x = merge_word(v.x, w.x, n, 0);
         v.y = merge_word(v.y, w.y, n, 4);

@@ -25,6 +25,7 @@ struct NDArgs {
     const char* data;
     const void* indices;
     char* out;
+    u64* first_bad;  // raise mode: the first bad value's position (see resolve_checked)
     u64 rows;
     u64 units;
     u32 ndim;
@@ -42,8 +43,8 @@ struct NDArgs {
 // raise-mode bounds check of GatherND indices: value p is component p mod m.
 struct NDCheckArgs {
     const void* indices;
-    u64 n;
     u64* first_bad;  // atomicMin of the positions of out-of-range values
+    u64 n;
     Divisor m_div;
     i64 bounds[CG_MAX_DIMS];
 };
@@ -117,7 +118,8 @@ __device__ __forceinline__ const char* nd_row_source(const NDArgs& a, typename M
     for (int k = 0; k < CG_MAX_DIMS; ++k) {
         if (k < (int)a.m) {
             i64 i = load_index(t + k);
-            const bool ok = resolve<MODE>(i, a.bounds[k]);
+            const bool ok = resolve_checked<MODE>(i, a.bounds[k], a.first_bad,
+                                                      (u64)tuple * a.m + (u64)k);
             keep = ok && keep;
             if (ok) off += i * a.comp_strides[k];  // discarded indices may be near 2^63
         }

@@ -23,8 +23,10 @@ namespace cg {
 // Global row i lives in the last shard s with offsets[s] <= i, at row
 // i - offsets[s] of the contiguous rows starting at bases[s].
 struct ShardedArgs {
+    const char* data;   // unused (0): rows come from the shard bases below
     const void* indices;
     char* out;
+    u64* first_bad;     // raise mode: the first bad index position (see resolve_checked)
     u64 n;            // indices = rows of the output
     u64 units;        // units per row
     i64 total;        // rows of the whole table = offsets[n_shards]
@@ -68,7 +70,8 @@ __device__ __forceinline__ void sharded_tile(const ShardedArgs& a)
         a.n, a.units, a.out, a.fill, (int)a.row_unroll,
         [&](u64 row) -> const U* {
             i64 i = load_index(idx + row);
-            return resolve<MODE>(i, a.total) ? shard_row<U>(a, i) : (const U*)0;
+            return resolve_checked<MODE>(i, a.total, a.first_bad, row) ? shard_row<U>(a, i)
+                                                                      : (const U*)0;
         },
         [](const U* p) { return __ldg(p); });
 }

@@ -184,10 +184,10 @@ def _bare_launch(cp, data, idx, axis, sync) -> dict:
     from ..runtime import bind
 
     plan = cugather.GatherOp(axis, mode="wrap").plan(data, idx)
-    bound = bind(plan, data.data.device_id)
+    bound = bind(plan, data.data.device_id, out_dtype=data.dtype)
     kernel = bound.main
     result = cp.ndarray(plan.out_shape, data.dtype)
-    kernel.launch3(data.data.ptr, idx.data.ptr, result.data.ptr, 0)  # pointers written once
+    kernel.launch(0, data.data.ptr, idx.data.ptr, result.data.ptr, 0)  # pointers written once
     sync()
     fn, params = kernel.kernel.handle, kernel.args.ctypes.data
     holder = numpy.array([params], numpy.uint64)
@@ -224,10 +224,10 @@ def divmod_comparison(cp, repeat: int) -> list:
         for math_name in ("fast32", "fast64", "div64"):
             plan = op.plan(data, idx, kind="strided", math_name=math_name)
             device = data.data.device_id
-            bound = bind(plan, device)
+            bound = bind(plan, device, out_dtype=data.dtype)
 
             def call(bound=bound, device=device):
-                return execute(bound, data, idx, None, None, device)
+                return execute(bound, data, data.data.ptr, idx, None, None, device)
             if not _same(call(), ref):
                 raise AssertionError(f"{name}: the strided kernel with {math_name} differs "
                                      f"from the default plan")

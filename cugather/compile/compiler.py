@@ -49,8 +49,16 @@ class LoadedKernel:
     function: object = field(repr=False)
 
     @property
-    def ptr(self) -> int:
+    def handle(self) -> int:
+        """The ``CUfunction`` handle a launch passes to ``cuLaunchKernel``."""
         return self.function.ptr
+
+    @property
+    def launch_fn(self):
+        """``cuLaunchKernel`` as CuPy exposes it (a BoundKernel's launcher calls it)."""
+        from cupy.cuda import driver
+
+        return driver.launchKernel
 
 
 # ---------------------------------------------------------------- state

@@ -19,11 +19,10 @@ import threading
 
 import numpy
 
-from .. import validate
-from ..plan.core import Plan
-from ..runtime.binding import Bound, bind
-from ..runtime.cache import PlanCache
-from ..runtime.launch import CUDA, first_bad_position
+from ..plan.core import DeviceLimits, Plan, alignment
+from ..runtime.key import Geometry, fill_token, geometry_of_key, out_bits
+from ..runtime.launch import CUDA, execute
+from ..runtime.op import OpRuntime
 from .plan import plan_sharded
 
 __all__ = ["PeerGather", "export_shard", "open_shard", "close_shard", "enable_peer_access",
@@ -122,10 +121,10 @@ def enable_peer_access(device: int, peers) -> None:
 class PeerGather:
     """Gather global rows of shards readable from ``device``.
 
-    The sharded kernel's plans are cached per call geometry (LRU), bound by
-    the runtime's :func:`~cugather.runtime.bind` and checked in raise mode by
-    its read-back, on any backend (the host-execution test tier runs the same
-    code on the CPU).
+    The sharded kernel runs on the op runtime every operator uses: plans
+    cached per call key (a memo of the last, then an LRU), bound once, raise
+    mode checked by the kernel itself, on any backend (the host-execution
+    test tier runs the same code on the CPU).
 
     Parameters
     ----------
@@ -141,7 +140,7 @@ class PeerGather:
     rank : int, optional
         Named in error messages.
     cache_size : int
-        Most plans kept.
+        Most plans kept (a positive int).
     backend : optional
         Where kernels run (default ``cugather.runtime.CUDA``).
     plan_options : dict, optional
@@ -150,16 +149,18 @@ class PeerGather:
 
     def __init__(self, bases, offsets, row_shape, dtype, device: int, rank=None,
                  cache_size: int = 64, backend=None, plan_options=None):
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
         self.bases = [int(b) for b in bases]
         self.offsets = [int(o) for o in offsets]
         self.row_shape, self.dtype = tuple(row_shape), numpy.dtype(dtype)
         self.device, self.rank = int(device), rank
         self.total = self.offsets[-1]
         counts = numpy.diff(self.offsets)
-        self._aligns = tuple(validate.alignment(b) for b, c in zip(self.bases, counts) if c)
+        self._aligns = tuple(alignment(b) for b, c in zip(self.bases, counts) if c)
         self._backend = backend or CUDA
-        self._plans = PlanCache(cache_size)
         self._options = dict(plan_options or {})
+        self._runtime = OpRuntime(self._plan_geometry, self._geometry, cache_size)
 
     def plan(self, indices_shape, index_dtype: str, mode: str, out_align: int = 256,
              **force) -> Plan:
@@ -169,18 +170,14 @@ class PeerGather:
                             base_aligns=self._aligns, out_align=out_align,
                             limits=self._backend.limits(self.device), **force)
 
-    def _bound(self, indices, out_align: int, mode: str, fill_value) -> Bound:
-        key = (tuple(indices.shape), indices.dtype.name, out_align, mode,
-               validate.fill_token(fill_value) if mode == "fill" else None)
-        bound = self._plans.get(key)
-        if bound is None:
-            plan = self.plan(indices.shape, indices.dtype.name, mode, out_align, **self._options)
-            fill = None
-            if plan.main is not None and mode == "fill":
-                fill = validate.fill_bytes(fill_value, self.dtype)
-            bound = bind(plan, self.device, fill, self._backend)
-            self._plans.put(key, bound)
-        return bound
+    @staticmethod
+    def _geometry(key: tuple) -> Geometry:
+        mode, fill = key[10:]
+        return geometry_of_key("sharded", key, 0, mode, fill)
+
+    def _plan_geometry(self, geo: Geometry, limits: DeviceLimits) -> Plan:
+        return self.plan(geo.indices_shape, geo.index_dtype.name, geo.mode, geo.out_align,
+                         **self._options)
 
     def __call__(self, indices, *, mode: str = "raise", fill_value=0, out=None, stream=None):
         """``out = table[indices]``; ``mode`` is a kernel mode (``clip_numpy``: take's clip).
@@ -189,32 +186,19 @@ class PeerGather:
         (the table validates and converts them).
         """
         backend = self._backend
-        ptr = backend.pointer
-        with backend.activate(self.device):
-            out_align = 256 if out is None else validate.alignment(ptr(out))
-            try:
-                bound = self._bound(indices, out_align, mode, fill_value)
-            except IndexError as e:  # nothing to take from: name the rank
-                raise IndexError(f"{self._where()}{e}") from None
-            if out is None:
-                out = backend.empty(bound.out_shape, self.dtype)
-            else:
-                validate.check_out(out, bound.out_shape, self.dtype, self.device,
-                                   {"indices": indices}, backend)
-            sptr = backend.stream_pointer(stream)
-            if bound.check is not None:
-                pos = first_bad_position(bound, ptr(indices), sptr)
-                if pos is not None:
-                    err = bound.plan.index_error(pos, backend.index_value(indices, pos),
-                                                 indices.shape)
-                    raise IndexError(f"{self._where()}{err}")
-            if bound.main is not None:  # ShardedArgs lead with the indices and out
-                bound.main.launch((ptr(indices), ptr(out)), sptr)
-        return out
+        # The rows come from the shard bases (plan fields): the key's data part is empty.
+        key = (backend, self.device, (), (), self.dtype, 0, indices.shape, indices.strides,
+               indices.dtype, out_bits(out, backend), mode,
+               fill_token(fill_value) if mode == "fill" else None)
+        try:
+            bound = self._runtime.bound(key, fill_value)
+            return execute(bound, None, 0, indices, out, stream, self.device)
+        except IndexError as e:  # a bad index, or nothing to take from: name the rank
+            raise IndexError(f"{self._where()}{e}") from None
 
     def cache_info(self):
         """Plan-cache statistics: hits, misses, maxsize, currsize."""
-        return self._plans.info()
+        return self._runtime.info()
 
     def _where(self) -> str:
         return "" if self.rank is None else f"rank {self.rank}: "

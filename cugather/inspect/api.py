@@ -127,7 +127,7 @@ def _attributes(lk: _compiler.LoadedKernel) -> Dict[str, int]:
     from cupy.cuda import driver
 
     with cupy.cuda.Device(lk.device):
-        return {name: int(driver.funcGetAttribute(getattr(driver, enum), lk.ptr))
+        return {name: int(driver.funcGetAttribute(getattr(driver, enum), lk.handle))
                 for name, enum in FUNCTION_ATTRIBUTES.items()}
 
 

@@ -2,9 +2,9 @@
 ``take_along_axis``.
 
 Per call: validate (``cugather.validate``) -> the op runtime: the plan
-(``cugather.plan.elements``) cached for this geometry, bound on first use,
-one launch of the elements kernel; raise mode adds a bounds check and one
-host synchronisation.
+(``cugather.plan.elements``) cached for this call key, bound on first use,
+one launch of the elements kernel, which in raise mode checks every index
+it reads (one host synchronisation).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy
 from .. import validate
 from ..plan.core import DeviceLimits, Operand, Plan
 from ..plan.elements import along_axis_shape, elements_shape, plan_elements
-from ..runtime.cache import CacheInfo
-from ..runtime.launch import CUDA
+from ..runtime.cache import PlanCacheInfo
+from ..runtime.key import Geometry, call_key, fill_token, geometry_of_key, out_bits
+from ..runtime.launch import CUDA, execute
 from ..runtime.op import OpRuntime
 from ..validate import Array
 
@@ -27,7 +28,7 @@ _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 _SHAPE_RULES = {"elements": elements_shape, "along": along_axis_shape}
 
 
-def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force: Any) -> Plan:
+def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
     """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs)."""
     out_shape = _SHAPE_RULES[geo.op](geo.data_shape, geo.indices_shape, geo.axis)
     data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
@@ -35,10 +36,15 @@ def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force: Any) -> Plan
                          out_shape=out_shape, out_align=geo.out_align, **force)
 
 
-_RUNTIME = OpRuntime(plan_for, 512)
+def _geometry(key: tuple) -> Geometry:
+    op, axis, mode, fill = key[10:]
+    return geometry_of_key(op, key, axis, mode, fill)
 
 
-def cache_info() -> CacheInfo:
+_RUNTIME = OpRuntime(plan_for, _geometry, 512)
+
+
+def cache_info() -> PlanCacheInfo:
     """Hits, misses, maxsize and size of the plan cache of gather_elements and
     take_along_axis."""
     return _RUNTIME.info()
@@ -52,22 +58,40 @@ def cache_clear() -> int:
 def run(op: str, data: Array, indices: Array, axis: Any, out: Optional[Array], mode: str,
         fill_value: Any, stream: Any, device: int, backend: Any) -> Array:
     """GatherElements (``op="elements"``) or take_along_axis (``op="along"``) on
-    arrays already validated for ``backend``: geometry, runtime, launch."""
+    arrays already validated for ``backend``: call key, runtime, launch."""
     if type(axis) is not int or not -data.ndim <= axis < data.ndim:
         axis = validate.normalize_axis(axis, data.ndim)  # TypeError / AxisError
     if type(fill_value) is not int:
         validate.check_fill(fill_value)
-    geo = validate.geometry(op, backend, device, data, indices, backend.pointer(data),
-                            validate.out_pointer(out, backend), axis % data.ndim, mode,
-                            validate.fill_token(fill_value) if mode == "fill" else None)
-    return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
+    ptr = backend.pointer(data)
+    key = call_key(backend, device, data, ptr, indices, out_bits(out, backend),
+                   (op, axis % data.ndim, mode, fill_token(fill_value) if mode == "fill" else None))
+    return _RUNTIME.run(key, data, ptr, indices, out, stream, fill_value)
 
 
 def _call(op: str, data: Array, indices: Any, axis: Any, out: Optional[Array], mode: str,
           fill_value: Any, stream: Any) -> Array:
+    ndarray = validate.cupy_ndarray()
+    if (stream is None and type(indices) is ndarray and type(axis) is int
+            and -data.ndim <= axis < data.ndim and (mode != "fill" or type(fill_value) is int)):
+        # The cached path (see GatherOp.__call__): a key built from validated arrays.
+        mem = data.data
+        ptr, device = mem.ptr, mem.device_id
+        if indices.data.device_id == device:
+            bound = _RUNTIME.cached((
+                CUDA, device, data.shape, data.strides, data.dtype, ptr & 255, indices.shape,
+                indices.strides, indices.dtype, 0 if out is None else out_bits(out, CUDA), op,
+                axis % data.ndim, mode, fill_value if mode == "fill" else None))
+            if bound is not None and not bound.copy_data:
+                return execute(bound, data, ptr, indices, out, None, device)
     if stream is not None:  # conversions and copies run on it too
         with validate.current_stream(stream):
-            return _call(op, data, indices, axis, out, mode, fill_value, None)
+            return _slow_call(op, data, indices, axis, out, mode, fill_value, stream)
+    return _slow_call(op, data, indices, axis, out, mode, fill_value, None)
+
+
+def _slow_call(op: str, data: Array, indices: Any, axis: Any, out: Optional[Array], mode: str,
+               fill_value: Any, stream: Any) -> Array:
     cp = validate.cupy_module()
     device = data.data.device_id
     if (type(indices) is not cp.ndarray or indices.dtype not in _INDEX_DTYPES
@@ -100,9 +124,10 @@ def gather_elements(data: Any, indices: Any, axis: int = 0, *, out: Optional[Arr
         C-contiguous destination of the result's shape and dtype; must not
         overlap the inputs.
     mode : {"raise", "wrap", "clip", "fill"}
-        Out-of-range policy.  ``"raise"`` checks every index on the GPU before
-        anything is written and raises IndexError (one extra kernel and one
-        host synchronisation); ``"wrap"`` takes indices modulo ``n``;
+        Out-of-range policy.  ``"raise"`` checks every index on the GPU (the
+        kernel checks what it reads; with ``out=`` a check kernel runs first,
+        so ``out`` stays untouched) and raises IndexError, at the cost of one
+        host synchronisation; ``"wrap"`` takes indices modulo ``n``;
         ``"clip"`` clamps to ``[0, n-1]``; ``"fill"`` writes ``fill_value``.
         The last three never synchronise and are safe inside CUDA graph
         capture.

@@ -1,13 +1,15 @@
 """ONNX Gather and numpy.take: GatherOp, gather and take.
 
 Per call: validate (``cugather.validate``) -> the op runtime
-(``cugather.runtime``): the plan cached for this geometry, bound on first use,
-launched.  A cached call is a dictionary hit, an output allocation and one
-launch; raise mode adds a bounds check and one host synchronisation.
+(``cugather.runtime``): the plan cached for this call key, bound on first use,
+launched.  A repeated call on CuPy arrays is one key comparison, an output
+allocation and one launch; raise mode's kernel checks the indices it reads
+and adds one host synchronisation.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from typing import Any, ClassVar, Dict, Optional, Tuple, Type
@@ -15,10 +17,11 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 import numpy
 
 from .. import validate
-from ..plan.core import DeviceLimits, Operand
+from ..plan.core import DeviceLimits, Operand, alignment
 from ..plan.gather import GatherPlan, plan_gather
-from ..runtime.cache import CacheInfo
-from ..runtime.launch import CUDA
+from ..runtime.cache import PlanCacheInfo
+from ..runtime.key import Geometry, call_key, fill_token, geometry_of_key, out_bits
+from ..runtime.launch import CUDA, execute
 from ..runtime.op import OpRuntime
 from ..validate import Array
 
@@ -26,6 +29,11 @@ __all__ = ["GatherOp", "gather", "take", "take_op", "run"]
 
 _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 _I32, _I64 = validate.INDEX_DTYPES  # NumPy's own instances, which CuPy arrays carry
+
+
+#: What a GatherOp's cached plans depend on: fixed once the op is built.
+_SETTINGS = frozenset({"axis", "mode", "fill_value", "_axis", "_mode", "_fill_value",
+                       "_kernel_mode", "_runtime"})
 
 
 class GatherOp:
@@ -50,6 +58,8 @@ class GatherOp:
 
     Calling ``op(data, indices, out=None, stream=None)`` returns
     ``take(data, indices, axis)`` as a CuPy array on ``data``'s device.
+    ``axis``, ``mode`` and ``fill_value`` are read-only: the cached plans
+    depend on them (build another op for other settings).
     """
 
     # ONNX Gather: every index is checked, integer indices only, 0-d data refused.
@@ -59,6 +69,11 @@ class GatherOp:
     _DATA = "data"
     _ALLOW_BOOL = False
     _CHECK_UNREAD = True
+    _axis: int
+    _mode: str
+    _fill_value: Any
+    _kernel_mode: str
+    _runtime: OpRuntime
 
     def __init__(self, axis: int = 0, *, mode: str = "raise", fill_value: Any = 0,
                  cache_size: int = 256) -> None:
@@ -68,18 +83,42 @@ class GatherOp:
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
         validate.check_fill(fill_value)
-        self.axis = int(axis)
-        self.mode = mode
-        self.fill_value = fill_value
-        self._kernel_mode = self._KERNEL_MODES[mode]
-        self._runtime = OpRuntime(self._plan_geometry, cache_size)
+        setattr_ = object.__setattr__  # past the read-only guard below
+        setattr_(self, "_axis", int(axis))
+        setattr_(self, "_mode", mode)
+        setattr_(self, "_fill_value", fill_value)
+        setattr_(self, "_kernel_mode", self._KERNEL_MODES[mode])
+        setattr_(self, "_runtime", OpRuntime(self._plan_geometry, self._geometry, cache_size))
+
+    @property
+    def axis(self) -> int:
+        """The gather axis (as given; negative counts from the end)."""
+        return self._axis
+
+    @property
+    def mode(self) -> str:
+        """The out-of-range policy."""
+        return self._mode
+
+    @property
+    def fill_value(self) -> Any:
+        """The value written for out-of-range indices in ``"fill"`` mode."""
+        return self._fill_value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SETTINGS:
+            raise AttributeError(
+                f"{type(self).__name__}.{name.lstrip('_')} is read-only: the op's cached "
+                f"plans depend on it; build a new {type(self).__name__}(axis=..., mode=..., "
+                f"fill_value=...) instead")
+        super().__setattr__(name, value)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(axis={self.axis}, mode={self.mode!r}, "
                 f"fill_value={self.fill_value!r}, cached_plans={self.cache_info().currsize})")
 
     # ------------------------------------------------------------ cache
-    def cache_info(self) -> CacheInfo:
+    def cache_info(self) -> PlanCacheInfo:
         """Plan-cache statistics: hits, misses, maxsize, currsize."""
         return self._runtime.info()
 
@@ -88,8 +127,11 @@ class GatherOp:
         self._runtime.clear()
 
     # ------------------------------------------------------------ planning
-    def _plan_geometry(self, geo: validate.Geometry, limits: DeviceLimits,
-                       **force: Any) -> GatherPlan:
+    def _geometry(self, key: tuple) -> Geometry:
+        """The geometry of a call key (the op's axis, mode and fill are its own)."""
+        return geometry_of_key(self._OP, key, self._axis % len(key[2]), self._kernel_mode)
+
+    def _plan_geometry(self, geo: Geometry, limits: DeviceLimits, **force: Any) -> GatherPlan:
         data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
         return plan_gather(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
                            out_align=geo.out_align, limits=limits,
@@ -111,11 +153,10 @@ class GatherOp:
         idx_shape, idx_dtype = _describe_indices(indices)
         idx_dtype = validate.index_dtype(idx_dtype, self._ALLOW_BOOL)
         if self._kernel_mode == "fill":
-            validate.fill_bytes(self.fill_value, dtype)
-        axis = validate.normalize_axis(self.axis, len(data_op.shape))
-        geo = validate.Geometry(self._OP, None, 0, data_op.shape, data_op.strides, dtype,
-                                idx_shape, idx_dtype, data_op.align, 256, axis,
-                                self._kernel_mode, None)
+            validate.fill_bytes(self._fill_value, dtype)
+        axis = validate.normalize_axis(self._axis, len(data_op.shape))
+        geo = Geometry(self._OP, None, 0, data_op.shape, data_op.strides, dtype, idx_shape,
+                       idx_dtype, data_op.align, 256, axis, self._kernel_mode)
         return self._plan_geometry(geo, DeviceLimits(), **force)
 
     def _zero_d(self, data: Any) -> Any:
@@ -125,18 +166,22 @@ class GatherOp:
     def __call__(self, data: Any, indices: Any, *, out: Optional[Array] = None,
                  stream: Any = None) -> Array:
         ndarray = validate.cupy_ndarray()
-        if (stream is None and type(data) is ndarray and type(indices) is ndarray
-                and (indices.dtype is _I64 or indices.dtype is _I32) and indices._c_contiguous):
-            # Operands as a cached call has them: straight to the runtime.
+        if type(data) is ndarray and type(indices) is ndarray:
+            # The cached path: the key of these very arrays.  A cached key was
+            # built from validated arrays, so a hit says these are valid too.
             mem = data.data
+            ptr = mem.ptr
             device = mem.device_id
-            nd = data.ndim
-            axis = self.axis
-            if indices.data.device_id == device and -nd <= axis < nd:
-                geo = validate.geometry(self._OP, CUDA, device, data, indices, mem.ptr,
-                                        0 if out is None else validate.out_pointer(out, CUDA),
-                                        axis % nd, self._kernel_mode)
-                return self._runtime.run(geo, data, indices, out, None, self.fill_value)
+            if indices.data.device_id == device:
+                bound = self._runtime.cached((
+                    CUDA, device, data.shape, data.strides, data.dtype, ptr & 255,
+                    indices.shape, indices.strides, indices.dtype,
+                    0 if out is None else out_bits(out, CUDA)))
+                if bound is not None and not bound.copy_data:
+                    if stream is None:
+                        return execute(bound, data, ptr, indices, out, None, device)
+                    with validate.current_stream(stream):  # the output's memory too
+                        return execute(bound, data, ptr, indices, out, stream, device)
         if stream is not None:  # conversions and copies run on it too
             with validate.current_stream(stream):
                 return self._call(data, indices, out, stream)
@@ -179,14 +224,32 @@ def take_op(axis: int, mode: str, cache_size: int = 256) -> GatherOp:
 
 def run(op: GatherOp, data: Array, indices: Array, out: Optional[Array], stream: Any,
         device: int, backend: Any) -> Array:
-    """``op`` on arrays already validated for ``backend``: geometry, runtime, launch."""
+    """``op`` on arrays already validated for ``backend``: call key, runtime, launch."""
     nd = data.ndim
-    axis = op.axis
-    if not -nd <= axis < nd:
-        axis = validate.normalize_axis(axis, nd)  # numpy's AxisError
-    geo = validate.geometry(op._OP, backend, device, data, indices, backend.pointer(data),
-                            validate.out_pointer(out, backend), axis % nd, op._kernel_mode)
-    return op._runtime.run(geo, data, indices, out, stream, op.fill_value)
+    if not -nd <= op._axis < nd:
+        validate.normalize_axis(op._axis, nd)  # numpy's AxisError
+    ptr = backend.pointer(data)
+    key = call_key(backend, device, data, ptr, indices, out_bits(out, backend))
+    return op._runtime.run(key, data, ptr, indices, out, stream, op._fill_value)
+
+
+def _shape(shape: Any, argname: str) -> Tuple[int, ...]:
+    """A ``(shape, dtype)`` pair's shape: non-negative integers whose product fits int64."""
+    dims = (shape,) if isinstance(shape, (int, numpy.integer)) else shape
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        raise TypeError(f"{argname} shape must be an int or a sequence of ints, got "
+                        f"{type(shape).__name__} {shape!r:.80}") from None
+    for n in dims:
+        if isinstance(n, bool) or not isinstance(n, (int, numpy.integer)):
+            raise TypeError(f"{argname} shape {shape!r:.80} must hold integers, got "
+                            f"{type(n).__name__} {n!r}")
+        if n < 0:
+            raise ValueError(f"{argname} shape {shape!r:.80} has a negative dimension {n}")
+    if math.prod(int(n) for n in dims) >= 1 << 63:
+        raise ValueError(f"{argname} shape {shape!r:.80} has 2**63 elements or more")
+    return tuple(int(n) for n in dims)
 
 
 def _describe(obj: Any, argname: str) -> Tuple[Operand, numpy.dtype[Any]]:
@@ -194,8 +257,7 @@ def _describe(obj: Any, argname: str) -> Tuple[Operand, numpy.dtype[Any]]:
     if isinstance(obj, tuple) and len(obj) == 2 and not hasattr(obj, "shape"):
         shape, dtype = obj
         dtype = numpy.dtype(dtype)
-        shape = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
-        return Operand.contiguous(shape, dtype.itemsize), dtype
+        return Operand.contiguous(_shape(shape, argname), dtype.itemsize), dtype
     if not (hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "strides")):
         raise TypeError(f"{argname} must be an array (NumPy, CuPy or another GPU array) or a "
                         f"(shape, dtype) pair, got {type(obj).__name__}")
@@ -204,7 +266,7 @@ def _describe(obj: Any, argname: str) -> Tuple[Operand, numpy.dtype[Any]]:
     if ptr is None and isinstance(obj, numpy.ndarray):
         ptr = obj.ctypes.data
     return Operand(tuple(obj.shape), tuple(obj.strides), dtype.itemsize,
-                   validate.alignment(ptr) if ptr else 256), dtype
+                   alignment(ptr) if ptr else 256), dtype
 
 
 def _describe_indices(obj: Any) -> Tuple[Tuple[int, ...], numpy.dtype[Any]]:
@@ -231,7 +293,7 @@ _MAX_SHARED_OPS = 64
 
 def _shared_op(cls: Type[GatherOp], axis: Any, mode: str, fill_value: Any) -> GatherOp:
     """The op the functions share for these settings (a bounded registry)."""
-    key = (cls, type(axis), axis, mode, validate.fill_token(fill_value))
+    key = (cls, type(axis), axis, mode, fill_token(fill_value))
     try:
         op = _ops.get(key)  # an unlocked read: dict lookups are atomic
     except TypeError:  # unhashable axis: the op's own check reports it

@@ -1,9 +1,9 @@
 """ONNX GatherND (``gather_nd``, with batch_dims).
 
 Per call: validate (``cugather.validate``) -> the op runtime: the plan
-(``cugather.plan.nd``) cached for this geometry, bound on first use, one
-launch of the nd kernel; raise mode adds a bounds check and one host
-synchronisation.
+(``cugather.plan.nd``) cached for this call key, bound on first use, one
+launch of the nd kernel, which in raise mode checks every index it reads
+(one host synchronisation).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import numpy
 from .. import validate
 from ..plan.core import DeviceLimits, Operand, Plan
 from ..plan.nd import plan_nd
-from ..runtime.cache import CacheInfo
-from ..runtime.launch import CUDA
+from ..runtime.cache import PlanCacheInfo
+from ..runtime.key import Geometry, call_key, fill_token, geometry_of_key, out_bits
+from ..runtime.launch import CUDA, execute
 from ..runtime.op import OpRuntime
 from ..validate import Array
 
@@ -25,17 +26,22 @@ __all__ = ["gather_nd", "run", "plan_for", "cache_info", "cache_clear"]
 _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 
 
-def plan_for(geo: validate.Geometry, limits: DeviceLimits, **force: Any) -> Plan:
+def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
     """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs)."""
     data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
     return plan_nd(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
                    out_align=geo.out_align, **force)
 
 
-_RUNTIME = OpRuntime(plan_for, 512)
+def _geometry(key: tuple) -> Geometry:
+    batch_dims, mode, fill = key[10:]
+    return geometry_of_key("nd", key, batch_dims, mode, fill)
 
 
-def cache_info() -> CacheInfo:
+_RUNTIME = OpRuntime(plan_for, _geometry, 512)
+
+
+def cache_info() -> PlanCacheInfo:
     """Hits, misses, maxsize and size of gather_nd's plan cache."""
     return _RUNTIME.info()
 
@@ -54,13 +60,13 @@ def _check_batch_dims(batch_dims: object) -> int:
 
 def run(data: Array, indices: Array, batch_dims: int, out: Optional[Array], mode: str,
         fill_value: Any, stream: Any, device: int, backend: Any) -> Array:
-    """GatherND on arrays already validated for ``backend``: geometry, runtime, launch."""
+    """GatherND on arrays already validated for ``backend``: call key, runtime, launch."""
     if type(fill_value) is not int:
         validate.check_fill(fill_value)
-    geo = validate.geometry("nd", backend, device, data, indices, backend.pointer(data),
-                            validate.out_pointer(out, backend), batch_dims, mode,
-                            validate.fill_token(fill_value) if mode == "fill" else None)
-    return _RUNTIME.run(geo, data, indices, out, stream, fill_value)
+    ptr = backend.pointer(data)
+    key = call_key(backend, device, data, ptr, indices, out_bits(out, backend),
+                   (batch_dims, mode, fill_token(fill_value) if mode == "fill" else None))
+    return _RUNTIME.run(key, data, ptr, indices, out, stream, fill_value)
 
 
 def gather_nd(data: Any, indices: Any, batch_dims: int = 0, *, out: Optional[Array] = None,
@@ -114,11 +120,28 @@ def gather_nd(data: Any, indices: Any, batch_dims: int = 0, *, out: Optional[Arr
         For shapes that break the rules above.
     """
     validate.check_mode(mode, validate.GATHER_MODES)
+    b = batch_dims if type(batch_dims) is int else _check_batch_dims(batch_dims)
+    cp = validate.cupy_module()
+    if (stream is None and type(data) is cp.ndarray and type(indices) is cp.ndarray
+            and (mode != "fill" or type(fill_value) is int)):
+        # The cached path (see GatherOp.__call__): a key built from validated arrays.
+        mem = data.data
+        ptr, device = mem.ptr, mem.device_id
+        if indices.data.device_id == device:
+            bound = _RUNTIME.cached((
+                CUDA, device, data.shape, data.strides, data.dtype, ptr & 255, indices.shape,
+                indices.strides, indices.dtype, 0 if out is None else out_bits(out, CUDA), b,
+                mode, fill_value if mode == "fill" else None))
+            if bound is not None and not bound.copy_data:
+                return execute(bound, data, ptr, indices, out, None, device)
     if stream is not None:  # conversions and copies run on it too
         with validate.current_stream(stream):
-            return gather_nd(data, indices, batch_dims, out=out, mode=mode,
-                             fill_value=fill_value)
-    b = batch_dims if type(batch_dims) is int else _check_batch_dims(batch_dims)
+            return _slow_call(data, indices, b, out, mode, fill_value, stream)
+    return _slow_call(data, indices, b, out, mode, fill_value, None)
+
+
+def _slow_call(data: Any, indices: Any, b: int, out: Optional[Array], mode: str,
+               fill_value: Any, stream: Any) -> Array:
     cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
         data = validate.as_data(data)

@@ -117,6 +117,15 @@ class Operand:
         want = Operand.contiguous(self.shape, self.itemsize).strides
         return all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, want))
 
+    def extent(self) -> tuple:
+        """[lo, hi): the bytes the array touches relative to its address (lo <= 0
+        with negative strides; (0, 0) when empty)."""
+        if not self.size:
+            return 0, 0
+        lo = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s < 0)
+        hi = sum((n - 1) * s for n, s in zip(self.shape, self.strides) if s > 0)
+        return lo, hi + self.itemsize
+
     def dims(self, start: int = 0, stop: Optional[int] = None) -> list:
         """``(size, byte stride)`` of dimensions ``start:stop``."""
         return list(zip(self.shape[start:stop], self.strides[start:stop]))
@@ -176,7 +185,9 @@ class Plan:
     must first be copied to a C-contiguous buffer: ``copy_data``); ``check``
     the raise-mode bounds check run before it.  ``bound_axes`` and ``bounds``
     are the data axes the index values address and their sizes, one per
-    component of an index tuple (one for Gather and GatherElements).
+    component of an index tuple (one for Gather and GatherElements).  In raise
+    mode the main kernel checks every index it reads; ``check`` runs first
+    where the output must stay untouched (``out=``) or there is no gather.
     """
 
     op: str
@@ -188,6 +199,7 @@ class Plan:
     check: Optional[Launch] = None
     copy_data: bool = False
     reason: str = ""
+    out_dtype: Optional[object] = None  # None: the data's dtype
 
     # ------------------------------------------------ the main launch, flattened
     @property
@@ -261,8 +273,10 @@ class Plan:
             if plain:
                 lines.append(f"arguments   {' '.join(plain)}")
         if self.check is not None:
-            lines.append(f"check       {self.check.key.entry} over {self.n_indices} index "
-                         f"values (before the gather)")
+            how = ("the gather checks every index it reads (one launch, one synchronisation); "
+                   f"{self.check.key.entry} runs first when out= is given"
+                   if self.main is not None else f"{self.check.key.entry} over the indices")
+            lines.append(f"check       {self.n_indices} index values: {how}")
         return "\n".join(lines)
 
 

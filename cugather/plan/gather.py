@@ -222,16 +222,6 @@ def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_alig
                       **base)
 
 
-def _extent(data: Operand) -> tuple:
-    """[lo, hi): the bytes of ``data`` relative to its address (lo <= 0 with
-    negative strides)."""
-    if not data.size:
-        return 0, 0
-    lo = sum((n - 1) * s for n, s in zip(data.shape, data.strides) if s < 0)
-    hi = sum((n - 1) * s for n, s in zip(data.shape, data.strides) if s > 0)
-    return lo, hi + data.itemsize
-
-
 def _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                  out_align, math_name, grid_cap, base) -> GatherPlan:
     # 16-byte chunks of the output: the row length needs no alignment, the
@@ -245,7 +235,7 @@ def _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, 
     chunks = cdiv(out_bytes, 16)
     mname = index_math(max(out_bytes, rows, n_idx, n_outer), math_name)
     bits = 32 if mname == "fast32" else 64
-    lo, hi = _extent(data)
+    lo, hi = data.extent()
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
                   row_bytes=row_bytes, out_bytes=out_bytes, chunks=chunks, lo=lo, hi=hi,
                   n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))

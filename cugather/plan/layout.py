@@ -21,8 +21,9 @@ DIVISOR = numpy.dtype(
 
 _FILL = ("fill", "<u8", (2,))
 
-GATHER_ARGS = numpy.dtype([
-    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+_POINTERS = [("data", "<u8"), ("indices", "<u8"), ("out", "<u8"), ("first_bad", "<u8")]
+
+GATHER_ARGS = numpy.dtype(_POINTERS + [
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("rows", "<u8"), ("units", "<u8"), ("n_indices", "<u8"), ("outer", "<u8"),
     ("n_div", DIVISOR),
@@ -30,8 +31,7 @@ GATHER_ARGS = numpy.dtype([
     _FILL,
 ], align=True)
 
-STRIDED_ARGS = numpy.dtype([
-    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+STRIDED_ARGS = numpy.dtype(_POINTERS + [
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
     ("ndim", "<u4"), ("index_dim", "<u4"),
     ("dims", DIVISOR, (MAX_DIMS,)),
@@ -39,8 +39,7 @@ STRIDED_ARGS = numpy.dtype([
     _FILL,
 ], align=True)
 
-WINDOW_ARGS = numpy.dtype([
-    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+WINDOW_ARGS = numpy.dtype(_POINTERS + [
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("rows", "<u8"), ("row_bytes", "<u8"), ("out_bytes", "<u8"), ("chunks", "<u8"),
     ("lo", "<i8"), ("hi", "<i8"),
@@ -49,11 +48,10 @@ WINDOW_ARGS = numpy.dtype([
 ], align=True)
 
 CHECK_ARGS = numpy.dtype([
-    ("indices", "<u8"), ("n", "<u8"), ("axis_len", "<i8"), ("first_bad", "<u8"),
+    ("indices", "<u8"), ("first_bad", "<u8"), ("n", "<u8"), ("axis_len", "<i8"),
 ], align=True)
 
-ELEMENTS_ARGS = numpy.dtype([
-    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+ELEMENTS_ARGS = numpy.dtype(_POINTERS + [
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
     ("ndim", "<u4"), ("col_tiles", "<u4"), ("cols", "<u8"), ("row_tiles", "<u8"),
     ("dims", DIVISOR, (MAX_DIMS,)),
@@ -62,8 +60,7 @@ ELEMENTS_ARGS = numpy.dtype([
     _FILL,
 ], align=True)
 
-ND_ARGS = numpy.dtype([
-    ("data", "<u8"), ("indices", "<u8"), ("out", "<u8"),
+ND_ARGS = numpy.dtype(_POINTERS + [
     ("rows", "<u8"), ("units", "<u8"),
     ("ndim", "<u4"), ("tuple_dim", "<u4"), ("m", "<u4"), ("tile_cu", "<u4"),
     ("dims", DIVISOR, (MAX_DIMS,)),
@@ -74,14 +71,13 @@ ND_ARGS = numpy.dtype([
 ], align=True)
 
 ND_CHECK_ARGS = numpy.dtype([
-    ("indices", "<u8"), ("n", "<u8"), ("first_bad", "<u8"),
+    ("indices", "<u8"), ("first_bad", "<u8"), ("n", "<u8"),
     ("m_div", DIVISOR),
     ("bounds", "<i8", (MAX_DIMS,)),
 ], align=True)
 
 # kernels/sharded.cuh
-SHARDED_ARGS = numpy.dtype([
-    ("indices", "<u8"), ("out", "<u8"),
+SHARDED_ARGS = numpy.dtype(_POINTERS + [
     ("n", "<u8"), ("units", "<u8"), ("total", "<i8"),
     ("n_shards", "<u4"), ("row_unroll", "<u4"),
     _FILL,
@@ -107,16 +103,17 @@ ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
                "ShardedArgs": SHARDED_ARGS, "QuantArgs": QUANT_ARGS}
 
-#: Pointer fields, in the order the launcher writes them for each call.
+#: Pointer fields: they lead each struct, in this order, and a launch writes them
+#: all at once (data, indices, out and raise mode's flag, then any others).
 POINTER_FIELDS = {
-    "GatherArgs": ("data", "indices", "out"),
-    "StridedArgs": ("data", "indices", "out"),
-    "WindowArgs": ("data", "indices", "out"),
+    "GatherArgs": ("data", "indices", "out", "first_bad"),
+    "StridedArgs": ("data", "indices", "out", "first_bad"),
+    "WindowArgs": ("data", "indices", "out", "first_bad"),
     "CheckArgs": ("indices", "first_bad"),
-    "ElementsArgs": ("data", "indices", "out"),
-    "NDArgs": ("data", "indices", "out"),
+    "ElementsArgs": ("data", "indices", "out", "first_bad"),
+    "NDArgs": ("data", "indices", "out", "first_bad"),
     "NDCheckArgs": ("indices", "first_bad"),
-    "ShardedArgs": ("indices", "out"),  # shard bases are fields of the plan
+    "ShardedArgs": ("data", "indices", "out", "first_bad"),  # data unused: shard bases are fields
     # zero_points is 0 when absent (the kernel then uses the default zero point)
     "QuantArgs": ("data", "indices", "out", "first_bad", "scales", "zero_points"),
 }

@@ -1,11 +1,13 @@
-"""Binding: a plan's launches tied to loaded kernels, with argument blocks built once.
+"""Binding: a plan's launches tied to loaded kernels, with launchers built once.
 
 :func:`bind` is the one place where a plan meets a device.  Each launch of
-the plan becomes a :class:`BoundKernel`: the kernel handle the backend loaded
-plus a NumPy structured array holding the argument struct (every field but
-the pointers, the fill value included).  A call writes the pointers into that
-block and hands its address to the backend's launch function, which copies
-the parameters at launch, so the block can be reused at once.
+the plan becomes a :class:`BoundKernel`, a prebuilt launcher: the kernel
+handle the backend loaded, the grid and block, and a NumPy structured array
+holding the argument struct (every field but the pointers, the fill value
+included).  The pointers lead every struct (``plan.layout.POINTER_FIELDS``),
+so a call writes them with one ``pack_into`` and hands the block's address to
+the backend's launch function, which copies the parameters at launch: the
+block can be reused at once.
 """
 
 from __future__ import annotations
@@ -50,14 +52,17 @@ def fill_words(pattern: bytes) -> tuple:
     return tuple(numpy.frombuffer(block, dtype="<u8").tolist())
 
 
-_pack3 = struct.Struct("<QQQ").pack_into  # the three leading pointers, in one call
-
-
 class BoundKernel:
-    """One loaded kernel plus a reusable argument block for one launch of a plan."""
+    """One loaded kernel with its launch configuration and a reusable argument block.
 
-    __slots__ = ("kernel", "grid", "block", "shared_mem", "args", "_words", "_slots",
-                 "_params", "_params_ptr", "_lock", "_launch", "_handle", "_bytes", "_config")
+    ``launch(stream_ptr, *pointers)`` writes the leading pointers of the
+    struct (in ``POINTER_FIELDS`` order; fewer leave the rest as bound) and
+    launches.  The block is shared by the threads using this plan, so the
+    write and the launch, which copies it, happen under a lock.
+    """
+
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "args", "n_pointers", "_lock",
+                 "_launch", "_handle", "_config", "_params_ptr", "_params", "_bytes", "_packs")
 
     def __init__(self, kernel, launch: Launch, fill: Optional[tuple] = None):
         fields = pack_fields(launch.fields)
@@ -67,53 +72,51 @@ class BoundKernel:
         self.grid, self.block = tuple(launch.grid), tuple(launch.block)
         self.shared_mem = int(launch.shared_mem)
         self.args = new_args(launch.args_type, **fields)
-        self._words = self.args.view(numpy.uint64)
-        self._slots = tuple(self.args.dtype.fields[n][1] // 8
-                            for n in POINTER_FIELDS[launch.args_type])
+        self.n_pointers = len(POINTER_FIELDS[launch.args_type])
         self._params = numpy.array([self.args.ctypes.data], dtype=numpy.uint64)
         self._params_ptr = self._params.ctypes.data
         self._bytes = memoryview(self.args.view(numpy.uint8))
+        self._packs = {n: struct.Struct(f"<{n}Q").pack_into
+                       for n in range(1, self.n_pointers + 1)}
         self._lock = threading.Lock()
         self._handle = kernel.handle
         self._launch = kernel.launch_fn  # cuLaunchKernel's signature
         self._config = (*self.grid, *self.block, self.shared_mem)
 
-    def launch3(self, p0: int, p1: int, p2: int, stream_ptr: int) -> None:
-        """:meth:`launch` for blocks whose three pointers lead (data, indices, out)."""
+    def launch(self, stream_ptr: int, *pointers: int) -> None:
+        """Write ``pointers`` (the leading fields, in order) and launch on ``stream_ptr``."""
         g0, g1, g2, b0, b1, b2, shared = self._config
-        # The block is shared by the threads using this plan; the launch copies it.
+        pack = self._packs[len(pointers)]
         with self._lock:
-            _pack3(self._bytes, 0, p0, p1, p2)
+            pack(self._bytes, 0, *pointers)
             self._launch(self._handle, g0, g1, g2, b0, b1, b2, shared, stream_ptr,
                          self._params_ptr, 0)
 
-    def launch(self, pointers, stream_ptr: int) -> None:
-        """Write ``pointers`` (in POINTER_FIELDS order) and launch on ``stream_ptr``."""
-        g, b = self.grid, self.block
-        with self._lock:
-            words = self._words
-            for slot, ptr in zip(self._slots, pointers):
-                words[slot] = ptr
-            self._launch(self._handle, g[0], g[1], g[2], b[0], b[1], b[2],
-                         self.shared_mem, stream_ptr, self._params_ptr, 0)
-
 
 class Bound:
-    """A plan with its kernels loaded and argument blocks built, on one device."""
+    """A plan with its kernels loaded and launchers built, on one device.
 
-    __slots__ = ("plan", "main", "check", "out_shape", "copy_data", "fast", "backend")
+    ``fast``: one launch and nothing else (no bounds check, no copy, a
+    non-empty output) on a backend with a cached path; ``checked``: raise
+    mode, whose main kernel records the first bad index it reads.
+    """
+
+    __slots__ = ("plan", "main", "check", "out_shape", "out_dtype", "copy_data", "fast",
+                 "checked", "backend")
 
     def __init__(self, plan: Plan, main: Optional[BoundKernel], check: Optional[BoundKernel],
-                 backend):
+                 backend, out_dtype=None):
         self.plan, self.main, self.check, self.backend = plan, main, check, backend
         self.out_shape = plan.out_shape
+        self.out_dtype = out_dtype
         self.copy_data = plan.copy_data
-        # fast: one launch and nothing else (no check, no copy, non-empty output)
+        self.checked = check is not None
         self.fast = backend.fast_path and main is not None and check is None
 
 
-def bind(plan: Plan, device: int, fill: Optional[bytes] = None, backend=None) -> Bound:
-    """Load the kernels of ``plan`` on ``device`` and build their argument blocks.
+def bind(plan: Plan, device: int, fill: Optional[bytes] = None, backend=None,
+         out_dtype=None) -> Bound:
+    """Load the kernels of ``plan`` on ``device`` and build their launchers.
 
     Parameters
     ----------
@@ -122,9 +125,11 @@ def bind(plan: Plan, device: int, fill: Optional[bytes] = None, backend=None) ->
     device : int
         Device to load the kernels on.
     fill : bytes, optional
-        One element of the data's dtype, for plans in ``"fill"`` mode.
+        One element of the output's dtype, for plans in ``"fill"`` mode.
     backend : optional
         Where kernels are loaded and launched; default the CUDA backend.
+    out_dtype : numpy.dtype, optional
+        The output's dtype (the data's unless the operator says otherwise).
     """
     if backend is None:
         from .launch import CUDA as backend
@@ -139,4 +144,4 @@ def bind(plan: Plan, device: int, fill: Optional[bytes] = None, backend=None) ->
         main = BoundKernel(backend.load(plan.main.key, device), plan.main, words)
     if plan.check is not None:
         check = BoundKernel(backend.load(plan.check.key, device), plan.check)
-    return Bound(plan, main, check, backend)
+    return Bound(plan, main, check, backend, out_dtype)

@@ -1,4 +1,4 @@
-"""Plan caches: bound plans by geometry, least recently used dropped first."""
+"""Plan caches: bound plans by call key, least recently used dropped first."""
 
 from __future__ import annotations
 
@@ -6,24 +6,23 @@ import threading
 import weakref
 from collections import OrderedDict, namedtuple
 
-__all__ = ["CacheInfo", "PlanCache", "clear_all"]
+__all__ = ["PlanCacheInfo", "PlanCache", "clear_all"]
 
-CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
-CacheInfo.__doc__ = "Plan-cache statistics: hits, misses, maxsize, currsize."
+PlanCacheInfo = namedtuple("PlanCacheInfo", "hits misses maxsize currsize")
+PlanCacheInfo.__doc__ = "Plan-cache statistics: hits, misses, maxsize, currsize."
 
 _live = weakref.WeakSet()  # every PlanCache, so jit.cache_clear() reaches them all
 _live_lock = threading.Lock()
 
 
 class PlanCache:
-    """An LRU of bound plans keyed by geometry; a hit moves to the end.
+    """An LRU of bound plans keyed by call key; a hit moves to the end.
 
     Lookups take no lock (dict operations are atomic); counters are exact in
     one thread and approximate under contention.
     """
 
     __slots__ = ("_data", "_lock", "maxsize", "hits", "misses", "__weakref__")
-    # OpRuntime.run repeats get() inline: keep the two in step.
 
     def __init__(self, maxsize: int):
         self._data: OrderedDict = OrderedDict()
@@ -51,12 +50,9 @@ class PlanCache:
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
 
-    def values(self) -> list:
-        return list(self._data.values())
-
-    def info(self) -> CacheInfo:
+    def info(self) -> PlanCacheInfo:
         with self._lock:
-            return CacheInfo(self.hits, self.misses, self.maxsize, len(self._data))
+            return PlanCacheInfo(self.hits, self.misses, self.maxsize, len(self._data))
 
     def clear(self) -> int:
         """Drop every plan and reset the counters; return how many were dropped."""

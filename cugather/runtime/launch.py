@@ -1,17 +1,26 @@
 """Launching bound plans: the one launch path under every op, and the CUDA backend.
 
-:func:`execute` is how every operator launches a :class:`~.bind.Bound`: the
-cached fast path (allocate, write three pointers, one ``cuLaunchKernel``)
-when the plan has one launch and the device's context is current, else
-:func:`launch_checked` -- device made current, output allocated or checked,
-the raise-mode bounds check read back (:func:`first_bad_position`), then the
-launch.  Everything device-specific goes through a backend object:
-:data:`CUDA` here; the host-execution test tier supplies one that runs the
-same rendered kernels on the CPU.
+:func:`execute` is how every operator launches a :class:`~.binding.Bound`:
+
+* the cached path (CuPy arrays, the device current, no ``out=``): allocate
+  the output, write the pointers, one ``cuLaunchKernel``;
+* raise mode with a fresh output: the same single launch, the kernel
+  checking every index it reads and recording the first bad position in a
+  pinned host word (:class:`Flags`), then one stream synchronisation; a bad
+  index discards the output and raises the plan's IndexError;
+* raise mode with ``out=``: the bounds-check kernel first, so that ``out``
+  stays untouched when an index is bad, then the gather;
+* everything else (another backend, a device switch, ``stream=``) through
+  the same steps with the backend's own methods.
+
+Everything device-specific goes through a backend object: :data:`CUDA` here;
+the host-execution test tier supplies one that runs the same rendered
+kernels on the CPU, and the torch front door one for torch tensors.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Optional
 
@@ -21,24 +30,15 @@ from .. import validate
 from ..plan.core import DeviceLimits, alignment
 from .binding import Bound, BoundKernel, bind
 
-__all__ = ["CudaBackend", "CUDA", "NO_BAD", "execute", "launch_checked",
-           "first_bad_position", "run_plan"]
+__all__ = ["CudaBackend", "CUDA", "NO_BAD", "Flags", "execute", "run_plan", "CAPTURE_ERROR"]
 
-#: What a bounds-check kernel leaves in its flag when every index is valid.
+#: What a bounds-check flag holds when every index is valid.
 NO_BAD = (1 << 64) - 1
 
+CAPTURE_ERROR = ("mode='raise' reads the bounds check back to the host, which CUDA graph "
+                 "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
+
 _ready = threading.local()  # devices whose context this thread has made current
-
-
-class _Kernel:
-    """A loaded CUDA function as a BoundKernel launches it."""
-
-    __slots__ = ("loaded", "handle", "launch_fn")
-
-    def __init__(self, loaded, launch_fn):
-        self.loaded = loaded  # keeps the module alive
-        self.handle = loaded.function.ptr
-        self.launch_fn = launch_fn
 
 
 class _Device:
@@ -66,24 +66,83 @@ class _Device:
             self.rt.setDevice(self.previous)
 
 
-class CudaBackend:
-    """Kernels compiled by NVRTC, loaded by CuPy, launched with ``cuLaunchKernel``."""
+class Flags:
+    """8-byte bounds-check flags in pinned host memory that kernels write directly.
 
+    With unified addressing a pinned host allocation has the same address on
+    the host and on every device, so a kernel ``atomicMin``s into it and the
+    host reads it after the stream synchronisation: no memset, no copy.  (On
+    mapped host memory a device's atomics are atomic among that device's
+    threads, which are the only writers of a flag.)
+    Each call takes its own flag and gives it back once its kernels have
+    finished, so concurrent calls never share one.  ``alloc(nbytes) ->
+    address`` provides the memory (never freed: 4 KB per 512 flags).
+    """
+
+    BLOCK = 512  # flags per allocation
+
+    def __init__(self, alloc):
+        self._alloc = alloc
+        self._free: list = []   # (address, one-word view); list.pop/append are atomic
+        self._words: dict = {}  # address -> view
+        self._blocks: list = []
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        """A flag's address, set to NO_BAD."""
+        try:
+            addr, word = self._free.pop()
+        except IndexError:
+            addr, word = self._grow()
+        word[0] = NO_BAD
+        return addr
+
+    def _grow(self):
+        with self._lock:
+            base = self._alloc(8 * self.BLOCK)
+            words = numpy.ctypeslib.as_array((ctypes.c_uint64 * self.BLOCK).from_address(base))
+            self._blocks.append(words)
+            slots = [(base + 8 * i, words[i:i + 1]) for i in range(self.BLOCK)]
+            self._words.update(slots)
+            self._free.extend(slots[1:])
+            return slots[0]
+
+    def read_and_give(self, addr: int) -> int:
+        """The value of flag ``addr`` (its kernels done); the flag goes back to the pool."""
+        word = self._words[addr]
+        value = int(word[0])
+        self._free.append((addr, word))
+        return value
+
+    def give_back(self, addr: int) -> None:
+        """Return flag ``addr`` unread (its kernels done, or never launched)."""
+        self._free.append((addr, self._words[addr]))
+
+
+def _pinned(nbytes: int) -> int:
+    rt = validate.cupy_module().cuda.runtime
+    return int(rt.hostAlloc(nbytes, rt.hostAllocPortable | rt.hostAllocMapped))
+
+
+class CudaBackend:
+    """Kernels compiled by NVRTC, loaded by CuPy, launched with ``cuLaunchKernel``
+    on CuPy arrays."""
+
+    #: execute() may take the cached path: CuPy arrays, CuPy's current stream.
     fast_path = True
 
     def __init__(self):
         self._limits: dict = {}
+        self.flags = Flags(_pinned)
 
     @property
     def array_type(self):
         return validate.cupy_module().ndarray
 
-    def load(self, key, device: int) -> _Kernel:
-        from cupy.cuda import driver
-
+    def load(self, key, device: int):
         from ..compile.compiler import load_kernel
 
-        return _Kernel(load_kernel(key, device), driver.launchKernel)
+        return load_kernel(key, device)
 
     def limits(self, device: int) -> DeviceLimits:
         lim = self._limits.get(device)
@@ -96,12 +155,6 @@ class CudaBackend:
 
     def activate(self, device: int) -> _Device:
         return _Device(validate.cupy_module().cuda.runtime, device)
-
-    @staticmethod
-    def context_ready(device: int) -> bool:
-        """Whether this thread has ``device`` current with its context initialised."""
-        return (validate.cupy_module().cuda.runtime.getDevice() == device
-                and device in getattr(_ready, "devices", ()))
 
     @staticmethod
     def pointer(arr) -> int:
@@ -118,28 +171,20 @@ class CudaBackend:
     def empty(self, shape, dtype):
         return validate.cupy_module().ndarray(shape, dtype)
 
+    @staticmethod
+    def fill_bytes(fill_value, dtype) -> bytes:
+        return validate.fill_bytes(fill_value, dtype)
+
     def index_value(self, indices, pos: int) -> int:
         return int(indices.reshape(-1)[pos].get())
 
-    def first_bad(self, check: BoundKernel, indices_ptr: int, stream_ptr: int) -> int:
-        """Run the bounds ``check``; the flag it leaves (NO_BAD when all are valid).
+    @staticmethod
+    def capturing(stream_ptr: int) -> bool:
+        return bool(validate.cupy_module().cuda.runtime.streamIsCapturing(stream_ptr))
 
-        The check ``atomicMin``s positions into an 8-byte flag read back after a
-        stream synchronisation, which CUDA graph capture forbids.
-        """
-        cp = validate.cupy_module()
-        rt = cp.cuda.runtime
-        if rt.streamIsCapturing(stream_ptr):
-            raise RuntimeError(
-                "mode='raise' reads the bounds check back to the host, which CUDA graph "
-                "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
-        flag = cp.empty(1, numpy.uint64)
-        rt.memsetAsync(flag.data.ptr, 0xFF, 8, stream_ptr)
-        check.launch((indices_ptr, flag.data.ptr), stream_ptr)
-        host = numpy.empty(1, numpy.uint64)
-        rt.memcpyAsync(host.ctypes.data, flag.data.ptr, 8, rt.memcpyDeviceToHost, stream_ptr)
-        rt.streamSynchronize(stream_ptr)
-        return int(host[0])
+    @staticmethod
+    def synchronize(stream_ptr: int) -> None:
+        validate.cupy_module().cuda.runtime.streamSynchronize(stream_ptr)
 
     def contiguous_copy(self, data, device: int):
         """A fresh C-contiguous, 256-byte aligned copy of ``data``.
@@ -169,84 +214,124 @@ class CudaBackend:
 CUDA = CudaBackend()
 
 
-def first_bad_position(bound: Bound, indices_ptr: int, stream_ptr: int) -> Optional[int]:
-    """Run ``bound``'s raise-mode bounds check; the flat position of the first
-    bad index, or None when every index is valid."""
-    pos = bound.backend.first_bad(bound.check, indices_ptr, stream_ptr)
-    return None if pos == NO_BAD else pos
-
-
-def launch_checked(bound: Bound, data, indices, out, stream, device: int):
-    """Everything a launch needs beyond the cached fast path, for every op.
-
-    Makes ``device`` current, allocates ``out`` (or checks the caller's), runs
-    the raise-mode bounds check when the plan has one -- raising the plan's
-    IndexError for the first bad position, before anything is written --
-    then launches the gather.  Returns ``out``.
-    """
-    backend = bound.backend
-    with backend.activate(device):
-        if out is None:
-            out = backend.empty(bound.out_shape, data.dtype)
-        else:
-            validate.check_out(out, bound.out_shape, data.dtype, device,
-                               {"data": data, "indices": indices}, backend)
-        sptr = backend.stream_pointer(stream)
-        ptr = backend.pointer
-        if bound.check is not None:
-            pos = first_bad_position(bound, ptr(indices), sptr)
-            if pos is not None:
-                raise bound.plan.index_error(pos, backend.index_value(indices, pos),
-                                             indices.shape)
-        if bound.main is not None:
-            bound.main.launch3(ptr(data), ptr(indices), ptr(out), sptr)
-    return out
-
-
 class _Fast:
     """CuPy callables of the cached path, looked up once."""
 
-    ndarray = get_device = current_stream = None
+    ndarray = get_device = current_stream = synchronize = capturing = None
 
     @classmethod
     def load(cls):
         cp = validate.cupy_module()
-        cls.ndarray = cp.ndarray
         cls.get_device = cp.cuda.runtime.getDevice
         cls.current_stream = cp.cuda.get_current_stream
+        cls.synchronize = cp.cuda.runtime.streamSynchronize
+        cls.capturing = cp.cuda.runtime.streamIsCapturing
+        cls.ndarray = cp.ndarray
         return cls
 
 
-def execute(bound: Bound, data, indices, out, stream, device: int):
-    """Launch ``bound`` on arrays already validated: the one launch path of every op.
+def _bad_index(bound: Bound, backend, indices, pos: int) -> IndexError:
+    return bound.plan.index_error(pos, backend.index_value(indices, pos), indices.shape)
 
-    The cached path -- one launch, no out= or stream=, the device's context
-    current in this thread -- allocates the output and writes three pointers;
-    anything else (out=, stream=, raise mode, a device switch) goes through
-    :func:`launch_checked`.
+
+def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int,
+            extra: tuple = ()):
+    """Launch ``bound`` on validated arrays (``data`` at ``data_ptr``); returns the output.
+
+    ``extra``: ``(name, array or None)`` pairs, the kernel's further inputs
+    whose pointers follow raise mode's flag in its struct (None: a null
+    pointer).  ``out``, when given, is checked here (shape, dtype, layout,
+    device, no overlap with any input).
     """
-    if bound.fast and out is None and stream is None:
+    if extra or out is not None or stream is not None:
+        return _execute(bound, data, data_ptr, indices, out, stream, device, extra)
+    if bound.fast:
         fast = _Fast if _Fast.ndarray is not None else _Fast.load()
         if fast.get_device() == device and device in getattr(_ready, "devices", ()):
-            out = fast.ndarray(bound.out_shape, data.dtype)
-            bound.main.launch3(data.data.ptr, indices.data.ptr, out.data.ptr,
-                               fast.current_stream().ptr)
+            out = fast.ndarray(bound.out_shape, bound.out_dtype)
+            bound.main.launch(fast.current_stream().ptr, data_ptr, indices.data.ptr,
+                              out.data.ptr)
             return out
-    return launch_checked(bound, data, indices, out, stream, device)
+    elif bound.checked and bound.main is not None and bound.backend.fast_path:
+        fast = _Fast if _Fast.ndarray is not None else _Fast.load()
+        if fast.get_device() == device and device in getattr(_ready, "devices", ()):
+            sptr = fast.current_stream().ptr
+            if fast.capturing(sptr):
+                raise RuntimeError(CAPTURE_ERROR)
+            out = fast.ndarray(bound.out_shape, bound.out_dtype)
+            flags = CUDA.flags
+            flag = flags.take()
+            iptr = indices.data.ptr
+            try:
+                bound.main.launch(sptr, data_ptr, iptr, out.data.ptr, flag)
+                fast.synchronize(sptr)
+            except BaseException:
+                flags.give_back(flag)
+                raise
+            pos = flags.read_and_give(flag)
+            if pos != NO_BAD:
+                raise _bad_index(bound, CUDA, indices, pos)
+            return out
+    return _execute(bound, data, data_ptr, indices, None, None, device, ())
+
+
+def _execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int,
+             extra: tuple):
+    """execute() through the backend's methods: any backend, device, stream, out= or
+    further inputs."""
+    backend = bound.backend
+    ptr = backend.pointer
+    with backend.activate(device):
+        fresh = out is None
+        if fresh:
+            out = backend.empty(bound.out_shape, bound.out_dtype)
+        else:
+            inputs = {"indices": indices} if data is None else {"data": data, "indices": indices}
+            inputs.update((name, a) for name, a in extra if a is not None)
+            validate.check_out(out, bound.out_shape, bound.out_dtype, device, inputs, backend)
+        more = tuple(0 if a is None else ptr(a) for _, a in extra)
+        sptr = backend.stream_pointer(stream)
+        iptr, optr = ptr(indices), ptr(out)
+        if not bound.checked:
+            if bound.main is not None:
+                bound.main.launch(sptr, data_ptr, iptr, optr, 0, *more)
+            return out
+        if backend.capturing(sptr):
+            raise RuntimeError(CAPTURE_ERROR)
+        flags = backend.flags
+        flag = flags.take()
+        try:
+            if fresh and bound.main is not None:  # one launch: the gather checks
+                bound.main.launch(sptr, data_ptr, iptr, optr, flag, *more)
+            else:  # out= stays untouched: check first
+                bound.check.launch(sptr, iptr, flag)
+            backend.synchronize(sptr)
+        except BaseException:
+            flags.give_back(flag)
+            raise
+        pos = flags.read_and_give(flag)
+        if pos != NO_BAD:
+            raise _bad_index(bound, backend, indices, pos)
+        if not fresh and bound.main is not None:
+            # Every index was just checked: the kernel's own check never fires,
+            # so it gets no flag (a write through the null pointer would fault).
+            bound.main.launch(sptr, data_ptr, iptr, optr, 0, *more)
+    return out
 
 
 def run_plan(plan, data, indices, *, fill: Optional[bytes] = None, out=None, stream=None,
-             backend=None):
+             backend=None, extra: tuple = ()):
     """Bind ``plan`` (uncached) on ``data``'s device and launch it.
 
     For plans built outside an op -- a forced variant in tests and benchmarks,
     the aligned copy above; ``indices`` must be C-contiguous int32/int64 and
     ``fill`` one element's bytes for a fill-mode plan.  ``backend`` defaults
-    to :data:`CUDA` (CuPy arrays).
+    to :data:`CUDA` (CuPy arrays).  ``out`` must be valid for the plan.
     """
     if plan.copy_data:
         raise ValueError(f"this plan needs data copied to a C-contiguous buffer first "
                          f"({plan.reason}); copy it and plan again")
     backend = backend or CUDA
     device = backend.device_of(data)
-    return execute(bind(plan, device, fill, backend), data, indices, out, stream, device)
+    bound = bind(plan, device, fill, backend, data.dtype)
+    return execute(bound, data, backend.pointer(data), indices, out, stream, device, extra)

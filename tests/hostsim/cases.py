@@ -79,6 +79,7 @@ class Case:
     seed: int = 0
     force: tuple = ()              # (name, value) pairs for GatherOp.plan
     bad_at: tuple = ()             # flat positions given an out-of-range index
+    with_out: bool = False         # pass out= (raise mode then checks before the gather)
     expect_key: Optional[str] = field(default=None, compare=False)  # entry that must run
 
     # ------------------------------------------------------------ arrays
@@ -112,6 +113,20 @@ class Case:
         if data is None:
             data, indices = self.arrays()
         force = dict(self.force)
+        if self.with_out:
+            ax = self.axis % data.ndim
+            out = runner.guarded_out(data.shape[:ax] + indices.shape + data.shape[ax + 1:],
+                                     data.dtype)
+            force["out"] = out
+            try:
+                return self._run(data, indices, force)
+            except IndexError:
+                if (out.view(np.uint8) != runner.POISON).any():
+                    raise AssertionError("raise mode wrote out= before it raised") from None
+                raise
+        return self._run(data, indices, force)
+
+    def _run(self, data, indices, force) -> np.ndarray:
         if self.api == "take":
             return runner.host_take(data, indices, self.axis, self.mode, **force)
         return runner.host_gather(data, indices, self.axis, self.mode, self.fill_value, **force)

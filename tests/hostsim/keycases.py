@@ -148,14 +148,15 @@ def _strided(key: KernelKey) -> list:
 
 @register("check")
 def _check(key: KernelKey) -> list:
-    # Raise mode runs the check first: in-range indices (it must stay quiet)
-    # and three bad ones met by one thread in different grid-stride rounds
-    # (it must name the first position, 301).
+    # Raise mode runs the check first where out= is given: in-range indices (it
+    # must stay quiet), and three bad ones met by one thread in different
+    # grid-stride rounds (it must name the first position, 301, and leave out=
+    # untouched).  Without out= the gather checks the indices it reads itself.
     return [
         Case((50, 3), "float32", 0, (700,), key.index_dtype, "raise", seed=_seed(key, "ok"),
-             expect_key=key.entry),
+             with_out=True, expect_key=key.entry),
         Case((50, 3), "float32", 0, (3, 300), key.index_dtype, "raise", seed=_seed(key, "bad"),
-             bad_at=(777, 301, 640), force=(("max_grid", 1),)),
+             bad_at=(777, 301, 640), with_out=True, force=(("max_grid", 1),)),
     ]
 
 

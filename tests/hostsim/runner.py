@@ -31,7 +31,8 @@ from cugather.ops import nd as nd_op
 from cugather.plan.core import DeviceLimits
 from cugather.plan.keys import KernelKey
 from cugather.plan.layout import ARGS_DTYPES
-from cugather.runtime.launch import NO_BAD, run_plan
+from cugather.runtime.key import call_key, geometry_of_key, out_bits
+from cugather.runtime.launch import NO_BAD, Flags, run_plan
 
 from . import build
 
@@ -208,7 +209,8 @@ def _launch_from_params(key, g0, g1, g2, b0, b1, b2, shared_mem, stream, params_
     raw = (ctypes.c_char * dtype.itemsize).from_address(args_ptr)
     args = numpy.frombuffer(raw, dtype=dtype).copy()  # the parameters are copied at launch
     access = _state.access
-    writable = access["flags"] if not key.spec.moves_data else access["outputs"]
+    # Raise mode's gathers write the flag too (resolve_checked in common.cuh).
+    writable = access["flags"] + ([] if not key.spec.moves_data else access["outputs"])
     launch(key, args, (g0, g1, g2), (b0, b1, b2), shared_mem,
            readable=access["inputs"], writable=writable)
 
@@ -250,11 +252,22 @@ class HostBackend:
     def index_value(self, indices, pos: int) -> int:
         return int(indices.reshape(-1)[pos])
 
-    def first_bad(self, check, indices_ptr: int, stream_ptr: int) -> int:
-        flag = numpy.full(1, NO_BAD, numpy.uint64)
-        _state.access["flags"].append(extent(flag))
-        check.launch((indices_ptr, flag.ctypes.data), stream_ptr)
-        return int(flag[0])
+    @staticmethod
+    def fill_bytes(fill_value, dtype) -> bytes:
+        return validate.fill_bytes(fill_value, dtype)
+
+    @property
+    def flags(self):
+        """The runtime's flag pool over host memory the kernels may write."""
+        return _FLAGS
+
+    @staticmethod
+    def capturing(stream_ptr: int) -> bool:
+        return False
+
+    @staticmethod
+    def synchronize(stream_ptr: int) -> None:
+        pass  # host launches run to completion
 
     def contiguous_copy(self, data, device: int):
         copy = device_copy(data)
@@ -262,6 +275,20 @@ class HostBackend:
         return copy
 
 
+def _host_flags(nbytes: int) -> int:
+    """Flag memory for the runtime's Flags pool: aligned host memory kept alive,
+    and writable by every kernel launched on the host."""
+    block = device_empty((nbytes,), numpy.uint8)
+    _flag_blocks.append(block)
+    with _lock:
+        _flag_ranges.append(extent(block))
+    return block.ctypes.data
+
+
+_flag_blocks: list = []
+_flag_ranges: list = []
+_FLAGS = Flags(_host_flags)
+_FLAGS.give_back(_FLAGS.take())  # its first block exists before any launch's ranges are set
 HOST = HostBackend()
 
 
@@ -305,8 +332,10 @@ def run_on_host(fn, inputs, out=None, extra_inputs=()):
     inputs are unchanged.  Returns a copy of the result."""
     _state.launches = []
     _state.guards = []
+    with _lock:
+        flags = list(_flag_ranges)
     _state.access = {"inputs": [extent(a) for a in inputs if a.size] + list(extra_inputs),
-                     "outputs": [], "flags": []}
+                     "outputs": [], "flags": flags}
     guards = [(w, off) for o, w, off in _pending_guards if o is out]
     _pending_guards[:] = [g for g in _pending_guards if g[0] is not out]
     if out is not None:
@@ -390,9 +419,8 @@ def _elements_or_nd(op_module, op: str, data, indices, out, out_offset, axis, mo
     limits = HOST.limits(HOST_DEVICE)
 
     def plan(d, o=out):
-        geo = validate.geometry(op, HOST, HOST_DEVICE, d, indices, HOST.pointer(d),
-                                validate.out_pointer(o, HOST), axis, mode)
-        return op_module.plan_for(geo, limits, **force)
+        key = call_key(HOST, HOST_DEVICE, d, HOST.pointer(d), indices, out_bits(o, HOST))
+        return op_module.plan_for(geometry_of_key(op, key, axis, mode), limits, **force)
 
     p = plan(data)
     if out is None and out_offset:

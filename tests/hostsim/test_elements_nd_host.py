@@ -160,9 +160,16 @@ def test_every_check_nd_key(key):
     idx[:, 0] = np.arange(300) % 3 - 3
     idx[250, 2] = 5
     idx[260, 1] = -5
-    with pytest.raises(IndexError, match=r"index 5 is out of bounds for axis 2 with size 5 "
-                                         r"\(at indices\[250, 2\]; valid range \[-5, 4\]\)"):
+    message = (r"index 5 is out of bounds for axis 2 with size 5 "
+               r"\(at indices\[250, 2\]; valid range \[-5, 4\]\)")
+    with pytest.raises(IndexError, match=message):  # the nd kernel checks what it reads
         host_nd(data, idx, 0, "raise")
+    assert [k.kind for k, *_ in runner.last_launches()] == ["nd"]
+    out = runner.guarded_out((300,), data.dtype)
+    with pytest.raises(IndexError, match=message):  # out=: the check runs first
+        host_nd(data, idx, 0, "raise", out=out)
+    assert [k.kind for k, *_ in runner.last_launches()] == ["check_nd"]
+    assert (out.view(np.uint8) == runner.POISON).all(), "out= was written"
     assert key in runner.executed_keys()
     idx[250, 2], idx[260, 1] = -5, 3
     got, _ = host_nd(data, idx, 0, "raise")

@@ -207,13 +207,18 @@ def test_views(layout, dtype, mode):
 @pytest.mark.parametrize("api,mode", [("gather", "raise"), ("take", "raise")])
 @pytest.mark.parametrize("kind", GATHER_KINDS)
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_raise_names_first_bad_index(api, mode, kind, index_dtype):
-    """The check kernel reports the first out-of-range position; nothing runs after it."""
+@pytest.mark.parametrize("with_out", [False, True])
+def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
+    """Without out= the gather kernel itself names the first bad index it reads (one
+    launch); with out= the check kernel runs first, nothing after it, and out= stays
+    untouched."""
     shape, axis = ((4, 60), 1) if kind in ("scalar", "inner") else ((60, 5), 0)
-    case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api,
-                seed=7, bad_at=(650, 333, 512), force=(("kind", kind), ("max_grid", 1)))
+    case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,
+                bad_at=(650, 333, 512), force=(("kind", kind), ("max_grid", 1)),
+                with_out=with_out)
     case.check()  # expects IndexError naming position 333
-    assert [k.kind for k, *_ in runner.last_launches()] == ["check"]
+    launched = [k.kind for k, *_ in runner.last_launches()]
+    assert launched == (["check"] if with_out else [kind])
 
 
 def test_inner_grid_smaller_than_index_chunks():
@@ -320,13 +325,17 @@ def test_host_tier_binds_through_the_library(monkeypatch):
 
 
 def test_host_tier_launches_through_the_library(monkeypatch):
-    """Raise mode's read-back is the library's: skip it and no IndexError comes."""
+    """Raise mode's read-back is the library's: make the flag read back as clean and
+    the bad index goes unreported."""
     import cugather.runtime.launch as launch_module
 
     data = runner.device_copy(np.arange(12, dtype=np.float32).reshape(4, 3))
     with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 4"):
         runner.host_gather(data, np.array([1, 7]), 0, "raise")
-    monkeypatch.setattr(launch_module, "first_bad_position", lambda *args: None)
+    assert [k.kind for k, *_ in runner.last_launches()] == ["rows"]  # the gather checked
+    monkeypatch.setattr(launch_module.Flags, "read_and_give",
+                        lambda self, addr: (self.give_back(addr), launch_module.NO_BAD)[1])
+    runner.host_gather(data, np.array([1, 7]), 0, "raise")
     got = runner.host_gather(data, np.array([1, 2]), 0, "raise")
     assert_same(got, data[[1, 2]], "in-range rows")
-    assert [k.kind for k, *_ in runner.last_launches()] == ["rows"]  # no check read back
+    assert [k.kind for k, *_ in runner.last_launches()] == ["rows"]  # the gather alone

@@ -80,12 +80,13 @@ def test_rows_per_thread_and_small_grids(row_unroll, max_grid):
                 out_of_range=True, row_unroll=row_unroll, max_grid=max_grid, seed=5).check()
 
 
-def test_raise_mode_checks_first_and_names_the_first_bad_position():
+def test_raise_mode_names_the_first_bad_position():
+    """The sharded kernel itself names the first bad index it reads (one launch)."""
     case = ShardedCase((4, 6), (2,), "int32", (50,), mode="raise", bad_at=(30, 11), seed=1)
     with pytest.raises(IndexError, match=r"index 21 is out of bounds for axis 0 with size 10 "
                                          r"\(at indices\[11\]; valid range \[-10, 9\]\)"):
         case.run(*_built(case))
-    assert [k.kind for k, *_ in runner.last_launches()] == ["check"]
+    assert [k.kind for k, *_ in runner.last_launches()] == ["sharded"]
 
 
 def _built(case):

@@ -95,10 +95,10 @@ def test_cache_clear_reaches_every_plan_cache_and_keeps_none_alive():
         op._runtime.put(("shape", i), object())
         op._runtime.put(("shape", i + 10), object())
         assert op._runtime.get(("shape", i)) is not None
-    assert [op.cache_info() for op in ops] == [cugather.CacheInfo(1, 2, 256, 2)] * 2
+    assert [op.cache_info() for op in ops] == [cugather.PlanCacheInfo(1, 2, 256, 2)] * 2
     cleared = jit.cache_clear()
     assert cleared.plans >= 4
-    assert [op.cache_info() for op in ops] == [cugather.CacheInfo(0, 0, 256, 0)] * 2
+    assert [op.cache_info() for op in ops] == [cugather.PlanCacheInfo(0, 0, 256, 0)] * 2
     caches = [weakref.ref(op._runtime) for op in ops]
     assert all(c() in plan_caches._live for c in caches)
     del ops, op  # the loop variable holds the last one

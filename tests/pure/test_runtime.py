@@ -13,7 +13,9 @@ from cugather.ops.gather import _shared_op, take_op
 from cugather.plan.core import Launch, Plan
 from cugather.plan.keys import KernelKey
 from cugather.runtime.binding import Bound, bind, fill_words
+from cugather.plan.core import alignment
 from cugather.runtime.cache import PlanCache
+from cugather.runtime.key import call_key, fill_token, geometry_of_key, out_bits
 
 AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
@@ -40,9 +42,9 @@ def test_gather_op_cache_size_bounds_its_plans():
         cugather.GatherOp(0, cache_size=0)
 
 
-# ---------------------------------------------------------------- geometry keys
+# ---------------------------------------------------------------- call keys
 class _Arrays:
-    """A backend's view of NumPy arrays, enough for validate.geometry."""
+    """A backend's view of NumPy arrays, enough for call_key."""
 
     array_type = np.ndarray
 
@@ -51,31 +53,39 @@ class _Arrays:
         return arr.ctypes.data
 
 
-def test_geometry_is_a_named_key_of_everything_a_plan_reads():
+def test_call_key_holds_everything_a_plan_reads_and_names_it_back():
     data = np.zeros((6, 5), np.float32)[:, 1:]
     idx = np.zeros(3, np.int64)
-    def geo_of(out=None):
-        return validate.geometry("gather", _Arrays, 0, data, idx, data.ctypes.data,
-                                 validate.out_pointer(out, _Arrays), 1, "wrap")
 
-    geo = geo_of()
+    def key_of(out=None, d=data):
+        return call_key(_Arrays, 0, d, d.ctypes.data, idx, out_bits(out, _Arrays))
+
+    key = key_of()
+    geo = geometry_of_key("gather", key, 1, "wrap")
     assert geo.data_shape == (6, 4) and geo.data_strides == (20, 4) and geo.axis == 1
-    assert geo.data_align == validate.alignment(data.ctypes.data) and geo.out_align == 256
+    assert geo.data_align == alignment(data.ctypes.data) and geo.out_align == 256
     assert geo.fill is None and geo.mode == "wrap" and geo.dtype == np.float32
-    assert hash(geo) == hash(tuple(geo)) and geo == geo_of()
+    assert geo.backend is _Arrays and geo.indices_shape == (3,) and geo.extra == ()
+    assert hash(key) == hash(key_of()) and key == key_of()
     with pytest.raises(AttributeError):
         geo.axis = 0  # frozen
     out = np.empty(3, np.float32)[1:]
-    assert geo_of(out).out_align == validate.alignment(out.ctypes.data) == 4
-    assert geo_of([1.0]).out_align == 256  # not an array: check_out reports it later
+    assert geometry_of_key("gather", key_of(out), 1, "wrap").out_align == 4
+    assert key_of([1.0]) == key  # not an array: check_out reports it later
+    # What a plan depends on changes the key: strides, dtype, alignment, index layout.
+    assert key_of(d=np.zeros((6, 4), np.float32)) != key
+    assert key_of(d=data.astype(np.int32)) != key
+    assert call_key(_Arrays, 0, data, data.ctypes.data, idx[::2], 0) != key
+    assert call_key(_Arrays, 0, data, data.ctypes.data + 4, idx, 0) != key
+    assert call_key(_Arrays, 1, data, data.ctypes.data, idx, 0) != key
 
 
 @pytest.mark.parametrize("a,b", [(0.0, -0.0), (0j, -0j), (complex(0, -0.0), 0j),
                                  (1, True), (np.float32(0), np.float32(-0.0)),
                                  (float("nan"), float("-nan"))])
 def test_fill_token_tells_values_apart_by_their_bytes(a, b):
-    assert validate.fill_token(a) != validate.fill_token(b)
-    assert validate.fill_token(a) == validate.fill_token(type(a)(a))
+    assert fill_token(a) != fill_token(b)
+    assert fill_token(a) == fill_token(type(a)(a))
 
 
 def test_shared_ops_keep_negative_zero_fills_apart():

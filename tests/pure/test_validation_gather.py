@@ -110,5 +110,7 @@ def test_stream_pointer_rejects_junk():
 
 
 def test_alignment():
-    assert _arrays.alignment(0) == 256 and _arrays.alignment(4096) == 256
-    assert _arrays.alignment(8) == 8 and _arrays.alignment(3) == 1 and _arrays.alignment(48) == 16
+    from cugather.plan.core import alignment
+
+    assert alignment(0) == 256 and alignment(4096) == 256
+    assert alignment(8) == 8 and alignment(3) == 1 and alignment(48) == 16

@@ -230,13 +230,13 @@ class GatherRunner(Runner):
 
 class ElementsNDRunner(Runner):
     def plan(self):
-        from cugather import validate
         from cugather.ops import elements, nd
         from cugather.plan.core import DeviceLimits
+        from cugather.runtime.key import call_key, geometry_of_key
 
         module, op = (elements, "elements") if self.key.kind == "elements" else (nd, "nd")
-        geo = validate.geometry(op, None, 0, self.data, self.indices, _ptr(self.data), 0,
-                                self.geo.axis, self.key.mode)
+        key = call_key(None, 0, self.data, _ptr(self.data), self.indices, 0)
+        geo = geometry_of_key(op, key, self.geo.axis, self.key.mode)
         return module.plan_for(geo, DeviceLimits(), **self.force())
 
 
@@ -273,7 +273,7 @@ class ShardedRunner(Runner):
 
     def plan(self):
         from cugather.distributed.plan import plan_sharded
-        from cugather.validate import alignment
+        from cugather.plan.core import alignment
 
         aligns = [alignment(_ptr(s)) for s in self.shards if s.size]
         return plan_sharded(self.data.shape[1:], self.data.itemsize, self.offsets,
