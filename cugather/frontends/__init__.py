@@ -56,7 +56,7 @@ manager :func:`using_output`.  pylibraft's ``set_output_as`` is the model.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 __all__ = ["OUTPUTS", "set_output", "get_output", "using_output", "native"]
 
@@ -126,9 +126,15 @@ def _classify(t: type) -> Optional[Any]:
 
         fe = torch_frontend.FRONTEND
     elif roots & {"jax", "jaxlib"} and "jax" in sys.modules and issubclass(
-            t, sys.modules["jax"].Array):
+            t, (sys.modules["jax"].Array,) + _tracer(sys.modules["jax"])):
         from . import jax as jax_frontend
 
         fe = jax_frontend.FRONTEND
     _known[t] = fe
     return fe
+
+
+def _tracer(jax: Any) -> Tuple[type, ...]:
+    """``(jax.core.Tracer,)`` where JAX has it: traced values are refused with a reason."""
+    tracer = getattr(getattr(jax, "core", None), "Tracer", None)
+    return (tracer,) if isinstance(tracer, type) else ()

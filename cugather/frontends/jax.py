@@ -39,8 +39,11 @@ class JaxView(View):
         return JaxView(base.shape, base.strides, dtype, base.data.ptr, base.data.device_id, base)
 
 
+_TRACER = getattr(jax.core, "Tracer", ())
+
+
 def _device(obj: Any, argname: str) -> Any:
-    if isinstance(obj, jax.core.Tracer):
+    if isinstance(obj, _TRACER) or not hasattr(obj, "unsafe_buffer_pointer"):
         raise TypeError(f"{argname} is a traced JAX value: cugather runs eagerly on concrete "
                         f"JAX arrays, not inside jax.jit (use jnp.take there)")
     devices = obj.devices()
@@ -60,7 +63,10 @@ def view_of(obj: Any, argname: str = "data") -> JaxView:
     dt = numpy.dtype(obj.dtype)
     cp = validate.cupy_module()
     if dtypes.is_native(dt):
-        return JaxView.wrap(cp.from_dlpack(obj), dt)
+        try:
+            return JaxView.wrap(cp.from_dlpack(obj), dt)
+        except (TypeError, ValueError, BufferError):  # a dtype DLPack or CuPy cannot carry
+            pass
     unsigned = dtypes.unsigned_like(dt)
     obj.block_until_ready()  # read in place below: JAX must have written it
     shape = tuple(obj.shape)
@@ -142,7 +148,7 @@ class JaxFrontend:
     @staticmethod
     def result(view: Any) -> Any:
         base = view.base
-        native = dtypes.is_native(view.dtype)
+        native = base.dtype == view.dtype  # else CuPy holds the bytes as unsigned integers
         if frontends._output == "cupy":
             if not native:
                 raise TypeError(f"CuPy cannot hold dtype {view.dtype}; set_output('input') "
