@@ -6,6 +6,9 @@ torch.index_select, jax.numpy.take and an onnxruntime-style kernel, each
 checked against cugather's result, then timed (median of many calls after
 warm-up).  Results go to a JSON file and a PNG chart in ``--out``.
 
+``--quantized`` runs only the GatherBlockQuantized cases
+(:mod:`cugather.bench.quantized`: quantized.json), which the full run
+includes too.  ``--host`` times small calls on the host instead (:mod:`cugather.bench.host`).
 ``--sweep N [--seed S]`` runs N random geometries instead (see
 :mod:`cugather.bench.sweep` for the distribution): sweep.json, sweep.png and
 a summary; add ``--case`` or ``--quick`` to run the fixed cases as well.
@@ -38,11 +41,17 @@ def add_arguments(p) -> None:
     p.add_argument("--repeat", type=int, default=None, help="timed calls per measurement")
     p.add_argument("--no-peers", action="store_true", help="skip torch and JAX")
     p.add_argument("--no-family", action="store_true",
-                   help="skip the gather_elements / gather_nd cases")
+                   help="skip the gather_elements / gather_nd and gather_block_quantized cases")
+    p.add_argument("--quantized", action="store_true",
+                   help="run only the gather_block_quantized cases (quantized.json); with "
+                        "--quick their subset")
     p.add_argument("--sweep", type=_positive, default=None, metavar="N",
                    help="time N random gather geometries (sweep.json, sweep.png) instead of "
                         "the fixed cases; add --case or --quick to run those too")
     p.add_argument("--seed", type=int, default=0, help="seed of the sweep's shapes (default 0)")
+    p.add_argument("--host", action="store_true",
+                   help="host time per small call of every op and mode against the peers, "
+                        "interleaved (host.json); see cugather.bench.host")
     p.add_argument("--distributed", action="store_true",
                    help="the sharded gather over every GPU of a job (run under "
                         "python -m cugather.distributed.run); see cugather.bench.distributed")
@@ -109,6 +118,20 @@ def run(args) -> int:
 
     peers = _load_peers(not args.no_peers)
     os.makedirs(args.out, exist_ok=True)
+    if args.host:
+        from .host import format_host, host_benchmark
+
+        result = host_benchmark(cp, peers)
+        result.update(gpu=_gpu_name(cp), date=time.strftime("%Y-%m-%d %H:%M:%S"),
+                      command="python -m cugather bench " + " ".join(sys.argv[2:]),
+                      versions=_versions(cp))
+        with open(os.path.join(args.out, "host.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        print(format_host(result))
+        return 0
+    if args.quantized:
+        _quantized(cp, args, peers, args.repeat or (20 if args.quick else 50))
+        return 0
     if args.sweep is None or args.case or args.quick:
         _run_cases(cp, args, peers)
     if args.sweep is not None:
@@ -138,6 +161,7 @@ def _run_cases(cp, args, peers) -> None:
         results["fallback_divmod"] = divmod_comparison(cp, repeat)
     if not args.no_family and not args.case:
         results["family"] = _family(cp, args.quick, repeat, peers)
+        results["quantized"] = _quantized(cp, args, peers, repeat)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     from .report import chart, table
@@ -168,6 +192,22 @@ def _load_peers(enabled: bool) -> dict:
     except Exception:  # ImportError, or no GPU backend
         pass
     return peers
+
+
+def _quantized(cp, args, peers, repeat) -> dict:
+    """The gather_block_quantized cases (cugather.bench.quantized): quantized.json and a table."""
+    from .quantized import run_quantized, table
+
+    res = run_quantized(cp, args.quick, repeat, peers)
+    res.update(gpu=_gpu_name(cp), date=time.strftime("%Y-%m-%d %H:%M:%S"),
+               command="python -m cugather bench " + " ".join(sys.argv[2:]),
+               versions=_versions(cp), repeat=repeat)
+    path = os.path.join(args.out, "quantized.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(table(res))
+    print(f"\nresults: {path}")
+    return res
 
 
 def _family(cp, quick, repeat, peers):

@@ -25,7 +25,7 @@ from ..runtime.launch import CUDA
 from ..runtime.op import OpRuntime
 from ..validate import Array
 
-__all__ = ["gather_block_quantized", "run", "plan_for", "cache_info", "cache_clear"]
+__all__ = ["gather_block_quantized", "run", "plan_for", "plan_of", "cache_info", "cache_clear"]
 
 _UINT8 = numpy.dtype(numpy.uint8)
 
@@ -77,6 +77,29 @@ def _geometry(key: tuple[Any, ...]) -> Geometry:
 _RUNTIME = OpRuntime(plan_for, _geometry, 256)
 
 
+def _key(backend: Any, device: int, data: Array, indices: Array, scales: Array,
+         zero_points: Optional[Array], out: Optional[Array], gather_axis: int,
+         quantize_axis: int, block_size: int, bits: int, mode: str,
+         fill: object) -> tuple[Any, ...]:
+    z_shape = None if zero_points is None else zero_points.shape
+    z_dtype = None if zero_points is None else zero_points.dtype
+    return call_key(backend, device, data, backend.pointer(data), indices, out_bits(out, backend),
+                    (gather_axis, quantize_axis, block_size, bits, mode, fill, scales.shape,
+                     scales.dtype, z_shape, z_dtype))
+
+
+def plan_of(data: Array, indices: Array, scales: Array, zero_points: Optional[Array] = None, *,
+            gather_axis: int = 0, quantize_axis: int = -1, block_size: int = 128, bits: int = 4,
+            mode: str = "raise", out: Optional[Array] = None, backend: Any = CUDA,
+            device: Optional[int] = None, **force: Any) -> Plan:
+    """The plan a call on these (C-contiguous) arrays of ``backend`` would use;
+    launches nothing.  ``force``: the planner's test knobs (``kind``, ``max_grid``)."""
+    device = backend.device_of(data) if device is None else device
+    key = _key(backend, device, data, indices, scales, zero_points, out, gather_axis,
+               quantize_axis, block_size, bits, mode, None)
+    return plan_for(_geometry(key), backend.limits(device), **force)
+
+
 def cache_info() -> PlanCacheInfo:
     """Hits, misses, maxsize and size of gather_block_quantized's plan cache."""
     return _RUNTIME.info()
@@ -111,16 +134,12 @@ def run(data: Array, indices: Array, scales: Array, zero_points: Optional[Array]
                              f"{device}")
     data = _contiguous(data, device, backend)
     scales = _contiguous(scales, device, backend)
-    z_shape = z_dtype = None
     if zero_points is not None:
         zero_points = _contiguous(zero_points, device, backend)
-        z_shape, z_dtype = zero_points.shape, zero_points.dtype
-    ptr = backend.pointer(data)
-    key = call_key(backend, device, data, ptr, indices, out_bits(out, backend),
-                   (gather_axis, quantize_axis, block_size, bits, mode,
-                    fill_token(fill_value) if mode == "fill" else None,
-                    scales.shape, scales.dtype, z_shape, z_dtype))
-    return _RUNTIME.run(key, data, ptr, indices, out, stream, fill_value,
+    key = _key(backend, device, data, indices, scales, zero_points, out, gather_axis,
+               quantize_axis, block_size, bits, mode,
+               fill_token(fill_value) if mode == "fill" else None)
+    return _RUNTIME.run(key, data, backend.pointer(data), indices, out, stream, fill_value,
                         (("scales", scales), ("zero_points", zero_points)))
 
 

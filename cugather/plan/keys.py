@@ -67,6 +67,10 @@ def _elements_nd_blocks(key: "KernelKey") -> int:
     return 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8
 
 
+def _quant_blocks(key: "KernelKey") -> int:
+    return tuning.QUANT_BLOCKS_WRAP_CLIP if key.mode in ("wrap", "clip") else tuning.QUANT_BLOCKS
+
+
 #: kind -> spec.  Bounds checks move no data (unit 0) and exist in raise mode only.
 KIND_SPECS = {
     "rows": KindSpec("gather.cuh", "gather_rows", "GatherArgs", min_blocks=_rows_blocks),
@@ -98,7 +102,7 @@ KIND_SPECS = {
     # (quantize) axis, "quantized_general" one element per thread for any
     # quantize axis.  Row and element splits are 64-bit: one per row.
     **{kind: KindSpec("quantized.cuh", f"gather_{kind}", "QuantArgs", maths=("fast64",),
-                      modes=_ONNX_MODES, units=units, min_blocks=tuning.QUANT_BLOCKS,
+                      modes=_ONNX_MODES, units=units, min_blocks=_quant_blocks,
                       takes_math=False)
        for kind, units in (("quantized", (2, 4)), ("quantized_bf16", (2,)),
                            ("quantized_general", (2, 4)), ("quantized_general_bf16", (2,)))},

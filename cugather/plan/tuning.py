@@ -54,9 +54,12 @@ SHARDED_RU = 4
 # quantized (GatherBlockQuantized): values per thread per step (16: one block
 # of the smallest block size holds a whole chunk, so a thread reads one scale;
 # 8 packed bytes of 4-bit values or 16 of 8-bit ones, 32 or 64 output bytes);
-# __launch_bounds__ minimum resident blocks.
+# __launch_bounds__ minimum resident blocks of the row kernels: 6 (40 registers)
+# in raise and fill mode, 5 in wrap and clip mode, whose index arithmetic
+# spills at 40 registers on sm_80.
 QUANT_VALUES = 16
 QUANT_BLOCKS = 6
+QUANT_BLOCKS_WRAP_CLIP = 5
 # Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
 CHECK_GRID_MAX = 4096
 

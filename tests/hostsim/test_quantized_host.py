@@ -16,7 +16,6 @@ import pytest
 from cugather.ops import quantized as quantized_op
 from cugather.plan.keys import all_kernel_keys
 from cugather.runtime.binding import bind
-from cugather.runtime.key import call_key, out_bits
 from cugather.runtime.launch import execute
 from quantized_reference import (MODES, ORT_CASES, bfloat16, ort_reason, ort_run, out_dtype,
                                  quantize, quantized_ref, resolve, ulp_distance)
@@ -52,13 +51,11 @@ def host_quantized(data, indices, scales, zero_points=None, *, quantize_axis=-1,
     by the runtime."""
     indices = runner.host_indices(indices)
     inputs = [a for a in (data, indices, scales, zero_points) if a is not None]
-    key = call_key(HOST, DEV, data, HOST.pointer(data), indices, out_bits(out, HOST),
-                   (gather_axis, quantize_axis, block_size, bits, mode, None, scales.shape,
-                    scales.dtype, None if zero_points is None else zero_points.shape,
-                    None if zero_points is None else zero_points.dtype))
     plan = None  # the op copies a table that is not C-contiguous, then plans
     if data.flags.c_contiguous:
-        plan = quantized_op.plan_for(quantized_op._geometry(key), HOST.limits(DEV), **force)
+        plan = quantized_op.plan_of(data, indices, scales, zero_points, gather_axis=gather_axis,
+                                    quantize_axis=quantize_axis, block_size=block_size,
+                                    bits=bits, mode=mode, out=out, backend=HOST, **force)
     if not force:
         def call():
             return quantized_op.run(data, indices, scales, zero_points, gather_axis,

@@ -243,3 +243,38 @@ def test_ulp_distance():
     assert ulp_distance(a, b) == 1 and ulp_distance(a, a) == 0
     c = np.array([-np.float32(1e-45), np.float32(1e-45)], np.float32)
     assert ulp_distance(c, np.zeros(2, np.float32)) == 1
+
+
+# ---------------------------------------------------------------- the benchmark's pieces
+@pytest.mark.parametrize("bits,zp", [(4, False), (4, True), (8, False), (8, True)])
+def test_bench_composed_version_matches_the_reference(bits, zp, monkeypatch):
+    """The CuPy composition the benchmark times, run with NumPy standing in for CuPy
+    (the same calls), on a table of the benchmark's row width."""
+    from cugather.bench import quantized as bench
+
+    monkeypatch.setattr(bench, "ROWS", 40)
+    rng = np.random.default_rng(bits + zp)
+    nb = bench.VALUES // bench.BLOCK
+    t = {"data": rng.integers(0, 256, (40, bench.VALUES * bits // 8)).astype(np.uint8),
+         "scales": (rng.standard_normal((40, nb)) * 0.02).astype(np.float16),
+         "zp": (rng.integers(0, 256, (40, (nb + 1) // 2 if bits == 4 else nb)).astype(np.uint8)
+                if zp else None), "bits": bits}
+    idx = rng.integers(0, 40, 9)
+    got = bench._cupy_composed(np, t)(idx)
+    want = quantized_ref(t["data"], idx, t["scales"], t["zp"], block_size=bench.BLOCK, bits=bits)
+    assert got.dtype == np.float16 and got.tobytes() == want.tobytes()
+    assert bench._moved(t, 9) == bench.moved_bytes(bits, 9, zp)
+    assert bench.moved_bytes(4, 65536) == 65536 * (1152 + 144 + 4608)
+
+
+def test_bench_table_formats_a_result():
+    from cugather.bench.quantized import table
+
+    st = {"ms": 0.1, "gbps": 3000.0, "spread": 0.01}
+    case = {"name": "q4_gemma_65536", "moved_bytes": 386924544,
+            "impl": {"copy": st, "cugather": dict(st, of_copy=0.9), "cupy_composed": st},
+            "checked": {"cugather": True, "cupy_composed": False},
+            "vs_plain_f16_gather": 1.5}
+    text = table({"count": "bytes", "cases": [case], "host_us": {"gather_block_quantized wrap": 9.0}})
+    assert "q4_gemma_65536" in text and "90%" in text and "NO: cupy_composed" in text
+    assert "gather_block_quantized wrap" in text
