@@ -176,8 +176,8 @@ def fill_bytes(fill_value: object, dtype: numpy.dtype[Any]) -> bytes:
     value = check_fill(fill_value)
     kind = dtype.kind
     if value.dtype == object:  # an int beyond 64 bits
-        if kind in "fc" and abs(fill_value) <= numpy.finfo(dtype).max:  # type: ignore[arg-type]
-            return numpy.array(float(fill_value), dtype=dtype).tobytes()  # type: ignore[arg-type]
+        if kind in "fc" and abs(fill_value) <= int(numpy.finfo(dtype).max):  # type: ignore
+            return numpy.array(float(fill_value), dtype=dtype).tobytes()  # type: ignore
         raise ValueError(f"fill_value {fill_value} is out of range for dtype {dtype}")
     if value.dtype.kind == "c" and kind != "c" and value.imag != 0:
         raise TypeError(f"fill_value {fill_value!r} is complex; data has dtype {dtype}")

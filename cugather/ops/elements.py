@@ -9,7 +9,7 @@ it reads (one host synchronisation).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy
 
@@ -36,7 +36,7 @@ def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
                          out_shape=out_shape, out_align=geo.out_align, **force)
 
 
-def _geometry(key: tuple) -> Geometry:
+def _geometry(key: Tuple[Any, ...]) -> Geometry:
     op, axis, mode, fill = key[10:]
     return geometry_of_key(op, key, axis, mode, fill)
 
@@ -183,8 +183,8 @@ def take_along_axis(arr: Any, indices: Any, axis: Optional[int] = -1) -> Array:
     ------
     IndexError
         For non-integer indices, indices that do not broadcast against
-        ``arr``, and any index outside ``[-n, n)``, checked on the GPU before
-        anything is written (one host synchronisation).
+        ``arr``, and any index outside ``[-n, n)``, checked on the GPU by the
+        kernel that gathers (one launch, one host synchronisation).
     ValueError
         If ``indices`` does not have ``arr``'s number of dimensions.
     """

@@ -46,8 +46,9 @@ class GatherOp:
     mode : {"raise", "wrap", "clip", "fill"}
         Out-of-range policy.  Indices in ``[-n, n)`` are always valid, negative
         ones counting from the end.  ``"raise"`` checks every index on the GPU
-        before anything is written and raises IndexError (one extra kernel and
-        one host synchronisation per call); ``"wrap"`` takes indices modulo
+        and raises IndexError naming the first bad one: the gather kernel
+        checks what it reads, then one host synchronisation (with ``out=`` a
+        check kernel runs first, so ``out`` stays untouched); ``"wrap"`` takes indices modulo
         ``n``; ``"clip"`` clamps to ``[0, n-1]``; ``"fill"`` writes
         ``fill_value``.  The last three never synchronise and are safe inside
         CUDA graph capture.
@@ -127,7 +128,7 @@ class GatherOp:
         self._runtime.clear()
 
     # ------------------------------------------------------------ planning
-    def _geometry(self, key: tuple) -> Geometry:
+    def _geometry(self, key: Tuple[Any, ...]) -> Geometry:
         """The geometry of a call key (the op's axis, mode and fill are its own)."""
         return geometry_of_key(self._OP, key, self._axis % len(key[2]), self._kernel_mode)
 
@@ -326,8 +327,8 @@ def gather(data: Any, indices: Any, axis: int = 0, *, out: Optional[Array] = Non
         C-contiguous destination of the result's shape and dtype; must not
         overlap the inputs.
     mode : {"raise", "wrap", "clip", "fill"}
-        Out-of-range policy; see :class:`GatherOp`.  ``"raise"`` costs a
-        bounds-check kernel and one host synchronisation.
+        Out-of-range policy; see :class:`GatherOp`.  ``"raise"`` costs one
+        host synchronisation (the kernel checks the indices it reads).
     fill_value : scalar
         Written for out-of-range indices when ``mode="fill"``.
     stream : cupy.cuda.Stream, optional
@@ -364,7 +365,8 @@ def take(a: Any, indices: Any, axis: Optional[int] = None, out: Optional[Array] 
         C-contiguous destination of the result's shape and dtype.
     mode : {"raise", "wrap", "clip"}
         As in NumPy: ``"clip"`` clamps to ``[0, n-1]``, so negative indices
-        become 0; ``"raise"`` checks on the GPU before writing (one host sync).
+        become 0; ``"raise"`` checks on the GPU (the kernel checks what it
+        reads; one host synchronisation; ``out`` untouched on an error).
 
     Returns
     -------

@@ -8,7 +8,7 @@ launch of the nd kernel, which in raise mode checks every index it reads
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy
 
@@ -33,7 +33,7 @@ def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
                    out_align=geo.out_align, **force)
 
 
-def _geometry(key: tuple) -> Geometry:
+def _geometry(key: Tuple[Any, ...]) -> Geometry:
     batch_dims, mode, fill = key[10:]
     return geometry_of_key("nd", key, batch_dims, mode, fill)
 
@@ -96,8 +96,9 @@ def gather_nd(data: Any, indices: Any, batch_dims: int = 0, *, out: Optional[Arr
         overlap the inputs.
     mode : {"raise", "wrap", "clip", "fill"}
         Out-of-range policy, per component: ``"raise"`` checks every value on
-        the GPU before anything is written and raises IndexError (one extra
-        kernel and one host synchronisation); ``"wrap"`` takes each component
+        the GPU and raises IndexError (the kernel checks what it reads, one
+        host synchronisation; with ``out=`` a check runs first and ``out``
+        stays untouched); ``"wrap"`` takes each component
         modulo its dimension; ``"clip"`` clamps it to ``[0, n-1]``;
         ``"fill"`` writes ``fill_value`` over the whole slice of a tuple with
         any component out of range.  The last three never synchronise.
