@@ -14,8 +14,6 @@ as data.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 MODES = ("raise", "wrap", "clip", "fill")
@@ -260,5 +258,9 @@ ORT_FAILURES = [
 ]
 
 
-def table_bytes(shape, bits):
-    return math.prod(shape) * bits // 8
+def quantized_shapes_of(data_shape, bits, block_size):
+    """(scales shape, zero_points shape) of a table quantized along its last axis."""
+    n = data_shape[-1] * (8 // bits)
+    nb = -(-n // block_size)
+    return tuple(data_shape[:-1]) + (nb,), tuple(data_shape[:-1]) + (
+        (nb + 1) // 2 if bits == 4 else nb,)

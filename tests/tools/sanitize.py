@@ -96,6 +96,11 @@ CANDIDATES = {
                  Geometry((300, 7), 1, (300, 3), max_grid=1), Geometry((13, 30), 0, (20, 30), "transposed")],
     "nd": [Geometry((5, 6, 3), 0, (7, 2)), Geometry((4, 5, 7), 1, (4, 6, 1), "reversed"),
            Geometry((2, 3, 301), 0, (5, 2)), Geometry((50, 6, 3), 0, (40, 2), max_grid=1)],
+    # QuantizedRunner: the data's bytes are the table (4-bit under 2-byte outputs,
+    # 8-bit under 4-byte ones), 8-/16-byte rows and odd ones
+    **{kind: [Geometry((7, 40), 0, (30,)), Geometry((7, 41), 0, (5, 6), max_grid=1)]
+       for kind in ("quantized", "quantized_bf16", "quantized_general",
+                    "quantized_general_bf16")},
     # rows split over three shards, the middle one empty (ShardedRunner)
     "sharded": [Geometry((23, 3), 0, (700,)), Geometry((23, 3), 0, (30, 30), max_grid=1),
                 Geometry((9, 301), 0, (5,)), Geometry((9, 301), 0, (7,), max_grid=1)],
@@ -176,6 +181,8 @@ def expected(kind: str, mode: str, data, idx, geo: Geometry, fill):
     from reference import gather_ref
 
     try:
+        if kind.startswith("quantized"):
+            return QuantizedRunner.expected(kind, mode, data, idx, fill)
         if kind == "elements":
             return fuzzcases.elements_ref(data, idx, geo.axis, mode, fill)
         if kind == "nd":
@@ -292,8 +299,75 @@ class ShardedRunner(Runner):
         return op(self.indices, mode=self.key.mode, fill_value=self.fill, out=out)
 
 
+class QuantizedRunner(Runner):
+    """gather_block_quantized: ``data``'s bytes (C-contiguous) are the packed table,
+    4-bit where the output element has 2 bytes, 8-bit where it has 4; scales and
+    zero points follow from the table's shape.  bfloat16 kinds write through a
+    bfloat16 view of ``out``."""
+
+    BLOCK = 16
+
+    @staticmethod
+    def operands(kind, data):
+        """(table, scales, zero_points, bits), NumPy or on the device as ``data`` is."""
+        from quantized_reference import out_dtype, quantized_shapes_of
+
+        bits = 4 if data.itemsize == 2 else 8
+        table = data.view(np.uint8)
+        s_shape, z_shape = quantized_shapes_of(table.shape, bits, QuantizedRunner.BLOCK)
+        dt = out_dtype("bfloat16" if kind.endswith("_bf16") else data.dtype.name)
+        scales = ((np.arange(math.prod(s_shape)) % 7 + 1) / 8).reshape(s_shape).astype(dt)
+        zps = (np.arange(math.prod(z_shape)) * 37 % 256).astype(np.uint8).reshape(z_shape)
+        if type(data).__module__.startswith("cupy"):
+            cp = _cp()
+            return table, cp.asarray(scales), cp.asarray(zps), bits
+        return table, aligned_copy(scales), aligned_copy(zps), bits
+
+    @staticmethod
+    def expected(kind, mode, data, idx, fill):
+        from quantized_reference import quantized_ref
+
+        table, scales, zps, bits = QuantizedRunner.operands(kind, data)
+        ref = quantized_ref(table, idx, scales, zps, block_size=QuantizedRunner.BLOCK,
+                            bits=bits, mode=mode, fill_value=fill)
+        return ref.view(data.dtype)  # bfloat16 results compared as the bytes of out
+
+    def plan(self):
+        from cugather.ops import quantized as quantized_op
+        from cugather.plan.core import DeviceLimits
+        from cugather.runtime.key import call_key
+
+        table, scales, zps, bits = self.operands(self.key.kind, self.data)
+        self._operands = (table, scales, zps)
+        key = call_key(None, 0, table, _ptr(table), self.indices, 0,
+                       (0, -1, self.BLOCK, bits, self.key.mode, None, scales.shape,
+                        scales.dtype, zps.shape, zps.dtype))
+        force = {"kind": "general" if "general" in self.key.kind else "rows"}
+        if self.geo.max_grid:
+            force["max_grid"] = self.geo.max_grid
+        return quantized_op.plan_for(quantized_op._geometry(key), DeviceLimits(), **force)
+
+    def run(self, out):
+        from cugather import validate
+        from cugather.runtime import bind, execute
+        from cugather.runtime.launch import CUDA
+
+        plan = self.plan()
+        if plan.key != self.key:
+            raise AssertionError(f"the call planned {plan.key}, not {self.key}")
+        table, scales, zps = self._operands
+        fill = validate.fill_bytes(self.fill, scales.dtype) if self.key.mode == "fill" else None
+        device = table.data.device_id
+        bound = bind(plan, device, fill, CUDA, plan.out_dtype)
+        target = out if out.dtype == scales.dtype else out.view(scales.dtype)
+        got = execute(bound, table, table.data.ptr, self.indices, target, None, device,
+                      (("scales", scales), ("zero_points", zps)))
+        return out if got is target else got
+
+
 RUNNERS = {**{k: GatherRunner for k in GATHER_KINDS}, "elements": ElementsNDRunner,
-           "nd": ElementsNDRunner, "sharded": ShardedRunner}
+           "nd": ElementsNDRunner, "sharded": ShardedRunner,
+           **{k: QuantizedRunner for k in CANDIDATES if k.startswith("quantized")}}
 
 
 # ---------------------------------------------------------------- the workload
@@ -396,6 +470,9 @@ def run_case(key, geo, host, dev, idx, fill, out_of_range, tally, failures) -> N
 
 
 def _out_shape(kind, host, idx, geo):
+    if kind.startswith("quantized"):  # 2-byte outputs: 4-bit values, two per byte
+        return idx.shape + host.shape[1:-1] + (host.shape[-1] * host.itemsize * (
+            2 if host.itemsize == 2 else 1),)
     if kind == "elements":
         return idx.shape
     if kind == "nd":
