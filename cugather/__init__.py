@@ -11,6 +11,7 @@ disk.  Importing the package touches no GPU.
 
 from ._version import __version__
 from . import jit  # inspect and control compiled kernels
+from .frontends import set_output, using_output
 from .ops.elements import gather_elements, take_along_axis
 from .ops.gather import GatherOp, gather, take
 from .ops.nd import gather_nd
@@ -19,4 +20,5 @@ from .plan.gather import GatherPlan
 from .runtime.cache import PlanCacheInfo
 
 __all__ = ["__version__", "gather", "take", "GatherOp", "GatherPlan", "PlanCacheInfo",
-           "gather_elements", "take_along_axis", "gather_nd", "gather_block_quantized", "jit"]
+           "gather_elements", "take_along_axis", "gather_nd", "gather_block_quantized", "set_output", "using_output",
+           "jit"]

@@ -74,10 +74,10 @@ def host_benchmark(cp, peers: dict, batches: int = 15, calls: int = 2000) -> dic
 
     rng = cp.random.default_rng(0)
     shape, dtype, n = TINY
-    table = rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
+    table = rng.standard_normal(size=shape, dtype=numpy.float32).astype(dtype)
     idx = rng.integers(0, shape[0], size=n, dtype=numpy.int64)
     rows, width, k = TOPK
-    scores = rng.standard_normal((rows, width), dtype=numpy.float32)
+    scores = rng.standard_normal(size=(rows, width), dtype=numpy.float32)
     picks = rng.integers(0, width, size=(rows, k), dtype=numpy.int64)
     nd_idx = idx.reshape(n, 1)
 

@@ -95,8 +95,13 @@ class JaxBackend(CudaBackend):
         return int(arr.device)
 
     def empty(self, shape: Tuple[int, ...], dtype: numpy.dtype[Any]) -> JaxView:
-        held = dtype if dtypes.is_native(dtype) else dtypes.unsigned_like(dtype)
-        return JaxView.wrap(validate.cupy_module().ndarray(shape, held), dtype)
+        cp = validate.cupy_module()
+        if dtypes.is_native(dtype):
+            try:
+                return JaxView.wrap(cp.ndarray(shape, dtype), dtype)
+            except (TypeError, ValueError):  # CuPy knows some ml_dtypes, not all
+                pass
+        return JaxView.wrap(cp.ndarray(shape, dtypes.unsigned_like(dtype)), dtype)
 
     def index_value(self, indices: Any, pos: int) -> int:
         return int(indices.base.reshape(-1)[pos].get())

@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple
 
 import numpy
 
-from .. import validate
+from .. import frontends, validate
 from ..plan.core import DeviceLimits, Operand, Plan
 from ..plan.elements import along_axis_shape, elements_shape, plan_elements
 from ..runtime.cache import PlanCacheInfo
@@ -152,10 +152,28 @@ def gather_elements(data: Any, indices: Any, axis: int = 0, *, out: Optional[Arr
     validate.check_mode(mode, validate.GATHER_MODES)
     cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
+        fe = frontends.native(data)
+        if fe is not None:
+            return _call_native(fe, "elements", data, indices, axis, out, mode, fill_value,
+                                stream)
         data = validate.as_data(data)
     if data.ndim == 0:
         raise ValueError("data must have at least one dimension, got a 0-d array")
     return _call("elements", data, indices, axis, out, mode, fill_value, stream)
+
+
+def _call_native(fe: Any, op: str, data: Any, indices: Any, axis: Any, out: Any, mode: str,
+                 fill_value: Any, stream: Any) -> Any:
+    """A torch or JAX call (cugather.frontends): results in the caller's type and stream."""
+    with fe.on_stream(stream):
+        d = fe.prepare_data(data, "arr" if op == "along" else "data")
+        if d.ndim == 0:
+            raise ValueError("data must have at least one dimension, got a 0-d array")
+        if axis is None:  # take_along_axis(axis=None): the flattened array
+            d, axis = d.reshape((-1,)), 0
+        i = fe.prepare_indices(indices, d.device)
+        return fe.result(run(op, d, i, axis, fe.prepare_out(out), mode, fill_value, stream,
+                             d.device, fe.backend))
 
 
 def take_along_axis(arr: Any, indices: Any, axis: Optional[int] = -1) -> Array:
@@ -189,6 +207,12 @@ def take_along_axis(arr: Any, indices: Any, axis: Optional[int] = -1) -> Array:
         If ``indices`` does not have ``arr``'s number of dimensions.
     """
     cp = validate.cupy_module()
+    fe = frontends.native(arr)
+    if fe is not None:
+        if axis is None and len(getattr(indices, "shape", (0,))) != 1:
+            raise ValueError(f"when axis=None, `indices` must have a single dimension; got "
+                             f"shape {tuple(indices.shape)}")
+        return _call_native(fe, "along", arr, indices, axis, None, "raise", 0, None)
     arr = validate.as_data(arr, "arr")
     if validate.is_gpu_array(indices) and not isinstance(indices, cp.ndarray):
         indices = validate.as_data(indices, "indices")  # torch and others: a zero-copy view

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import numpy
 
-from .. import validate
+from .. import frontends, validate
 from ..plan.core import DeviceLimits, Operand, alignment
 from ..plan.gather import GatherPlan, plan_gather
 from ..runtime.cache import PlanCacheInfo
@@ -183,6 +183,10 @@ class GatherOp:
                         return execute(bound, data, ptr, indices, out, None, device)
                     with validate.current_stream(stream):  # the output's memory too
                         return execute(bound, data, ptr, indices, out, stream, device)
+        elif type(data) is not ndarray:
+            fe = frontends.native(data)
+            if fe is not None:  # torch and JAX: results in the caller's type and stream
+                return self._call_native(fe, data, indices, out, stream)
         if stream is not None:  # conversions and copies run on it too
             with validate.current_stream(stream):
                 return self._call(data, indices, out, stream)
@@ -200,6 +204,14 @@ class GatherOp:
             indices = validate.as_indices(indices, device, allow_bool=self._ALLOW_BOOL)
         return run(self, data, indices, out, stream, device, CUDA)
 
+    def _call_native(self, fe: Any, data: Any, indices: Any, out: Any, stream: Any) -> Any:
+        with fe.on_stream(stream):
+            d = fe.prepare_data(data, self._DATA)
+            if d.ndim == 0:
+                d = self._zero_d(d)
+            i = fe.prepare_indices(indices, d.device, self._ALLOW_BOOL)
+            return fe.result(run(self, d, i, fe.prepare_out(out), stream, d.device, fe.backend))
+
 
 class _TakeOp(GatherOp):
     """numpy.take's semantics: clip clamps negatives to 0, bool indices are
@@ -215,7 +227,7 @@ class _TakeOp(GatherOp):
     def _zero_d(self, data: Any) -> Any:
         if isinstance(data, Operand):
             return Operand((1,), (data.itemsize,), data.itemsize, data.align)
-        return data.reshape(1)
+        return data.reshape((1,))
 
 
 def take_op(axis: int, mode: str, cache_size: int = 256) -> GatherOp:
@@ -374,7 +386,8 @@ def take(a: Any, indices: Any, axis: Optional[int] = None, out: Optional[Array] 
     """
     validate.check_mode(mode, validate.TAKE_MODES)
     if axis is None:
-        a = validate.as_data(a, "a")
-        a = a.reshape(-1) if a.ndim != 1 else a
+        if frontends.native(a) is None:
+            a = validate.as_data(a, "a")
+        a = a.reshape(-1) if a.ndim != 1 else a  # torch and JAX flatten alike
         axis = 0
     return _shared_op(_TakeOp, axis, mode, 0)(a, indices, out=out)

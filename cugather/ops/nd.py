@@ -12,7 +12,7 @@ from typing import Any, Optional, Tuple
 
 import numpy
 
-from .. import validate
+from .. import frontends, validate
 from ..plan.core import DeviceLimits, Operand, Plan
 from ..plan.nd import plan_nd
 from ..runtime.cache import PlanCacheInfo
@@ -135,6 +135,14 @@ def gather_nd(data: Any, indices: Any, batch_dims: int = 0, *, out: Optional[Arr
                 mode, fill_value if mode == "fill" else None))
             if bound is not None and not bound.copy_data:
                 return execute(bound, data, ptr, indices, out, None, device)
+    if type(data) is not cp.ndarray:
+        fe = frontends.native(data)
+        if fe is not None:  # torch and JAX: results in the caller's type and stream
+            with fe.on_stream(stream):
+                d = fe.prepare_data(data)
+                i = fe.prepare_indices(indices, d.device)
+                return fe.result(run(d, i, b, fe.prepare_out(out), mode, fill_value, stream,
+                                     d.device, fe.backend))
     if stream is not None:  # conversions and copies run on it too
         with validate.current_stream(stream):
             return _slow_call(data, indices, b, out, mode, fill_value, stream)
@@ -145,7 +153,7 @@ def _slow_call(data: Any, indices: Any, b: int, out: Optional[Array], mode: str,
                fill_value: Any, stream: Any) -> Array:
     cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
-        data = validate.as_data(data)
+        data = validate.as_data(data)  # torch and JAX went through _call_native
     device = data.data.device_id
     if (type(indices) is not cp.ndarray or indices.dtype not in _INDEX_DTYPES
             or not indices._c_contiguous or indices.data.device_id != device):

@@ -234,6 +234,11 @@ def _bad_index(bound: Bound, backend, indices, pos: int) -> IndexError:
     return bound.plan.index_error(pos, backend.index_value(indices, pos), indices.shape)
 
 
+def _pointers(extra: tuple) -> tuple:
+    """The addresses of the CuPy arrays of ``extra`` pairs (0 for None)."""
+    return tuple(0 if a is None else a.data.ptr for _, a in extra) if extra else ()
+
+
 def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int,
             extra: tuple = ()):
     """Launch ``bound`` on validated arrays (``data`` at ``data_ptr``); returns the output.
@@ -243,14 +248,15 @@ def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int
     pointer).  ``out``, when given, is checked here (shape, dtype, layout,
     device, no overlap with any input).
     """
-    if extra or out is not None or stream is not None:
+    if out is not None or stream is not None:
         return _execute(bound, data, data_ptr, indices, out, stream, device, extra)
     if bound.fast:
         fast = _Fast if _Fast.ndarray is not None else _Fast.load()
         if fast.get_device() == device and device in getattr(_ready, "devices", ()):
+            more = _pointers(extra)
             out = fast.ndarray(bound.out_shape, bound.out_dtype)
             bound.main.launch(fast.current_stream().ptr, data_ptr, indices.data.ptr,
-                              out.data.ptr)
+                              out.data.ptr, 0, *more)
             return out
     elif bound.checked and bound.main is not None and bound.backend.fast_path:
         fast = _Fast if _Fast.ndarray is not None else _Fast.load()
@@ -259,11 +265,12 @@ def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int
             if fast.capturing(sptr):
                 raise RuntimeError(CAPTURE_ERROR)
             out = fast.ndarray(bound.out_shape, bound.out_dtype)
+            more = _pointers(extra)
             flags = CUDA.flags
             flag = flags.take()
             iptr = indices.data.ptr
             try:
-                bound.main.launch(sptr, data_ptr, iptr, out.data.ptr, flag)
+                bound.main.launch(sptr, data_ptr, iptr, out.data.ptr, flag, *more)
                 fast.synchronize(sptr)
             except BaseException:
                 flags.give_back(flag)
@@ -272,7 +279,7 @@ def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int
             if pos != NO_BAD:
                 raise _bad_index(bound, CUDA, indices, pos)
             return out
-    return _execute(bound, data, data_ptr, indices, None, None, device, ())
+    return _execute(bound, data, data_ptr, indices, None, None, device, extra)
 
 
 def _execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int,
@@ -333,5 +340,6 @@ def run_plan(plan, data, indices, *, fill: Optional[bytes] = None, out=None, str
                          f"({plan.reason}); copy it and plan again")
     backend = backend or CUDA
     device = backend.device_of(data)
-    bound = bind(plan, device, fill, backend, data.dtype)
+    bound = bind(plan, device, fill, backend,
+                 data.dtype if plan.out_dtype is None else plan.out_dtype)
     return execute(bound, data, backend.pointer(data), indices, out, stream, device, extra)
