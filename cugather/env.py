@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Optional, Tuple
 
-__all__ = ["Environment", "probe", "no_gpu_reason", "nvrtc_problem", "gpu_count",
-           "nvrtc_available"]
+__all__ = ["Environment", "probe", "no_gpu_reason", "nvrtc_problem", "gpu_count"]
 
 Version = Tuple[int, int]
 
@@ -306,14 +305,6 @@ def gpu_count() -> int:
     """Number of usable CUDA GPUs (0 when none is usable)."""
     env = probe()
     return env.gpus if env.gpu_problem is None else 0
-
-
-def nvrtc_available() -> Optional[str]:
-    """Deprecated: use :func:`nvrtc_problem` (same value: None when NVRTC *is* available)."""
-    warnings.warn("cugather.env.nvrtc_available() returns None when NVRTC is available; "
-                  "use nvrtc_problem(), which says so in its name", DeprecationWarning,
-                  stacklevel=2)
-    return nvrtc_problem()
 
 
 # ---------------------------------------------------------------- helpers

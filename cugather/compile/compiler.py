@@ -4,13 +4,14 @@ NVRTC runs without a GPU (``cupy_backends.cuda.libs.nvrtc``), so compiling and
 inspecting kernels works on any machine with the NVRTC library.  Binaries are
 cached in process (per key, arch, options and sources digest) and on disk
 under ``$CUPY_CACHE_DIR/cugather`` (CuPy's cache directory, default
-``~/.cupy/kernel_cache``; see ``_diskcache``).  A disk entry's name hashes the rendered source
-(which inlines every header and records their digest), the target, the options
-and the NVRTC version, so an edited header never finds an old binary; the file
-carries an HMAC of its contents keyed by this user's cache key and the source
-it was built from, and is read only if it is a private regular file of this
-user's, so a damaged, mismatched, planted or hostile entry is reported with a
-:class:`CacheWarning` and recompiled (see ``diskcache``).  Loading onto a device goes through CuPy's module API and is
+``~/.cupy/kernel_cache``; see :mod:`cugather.compile.diskcache`).  A disk
+entry's name hashes the rendered source (which inlines every header and
+records their digest), the target, the options and the NVRTC version, so an
+edited header never finds an old binary; the file carries an HMAC of its
+contents keyed by this user's cache key and the source it was built from, and
+is read only if it is a private regular file of this user's, so a damaged,
+mismatched, planted or hostile entry is reported with a :class:`CacheWarning`
+and recompiled.  Loading onto a device goes through CuPy's module API and is
 cached per (device, key).
 """
 

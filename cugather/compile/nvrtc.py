@@ -1,7 +1,8 @@
 """NVRTC itself: options, the ptxas report, and what a compile produces.
 
-Pure helpers and types shared by the compiler (``_compiler``) and the disk
-cache (``_diskcache``); calling NVRTC needs its library, not a GPU.
+Pure helpers and types shared by the compiler (:mod:`cugather.compile.compiler`)
+and the disk cache (:mod:`cugather.compile.diskcache`); calling NVRTC needs its
+library, not a GPU.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..plan import tuning
+from ..plan import core, tuning
 from ..plan.core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Plan, cdiv,
                          check_launch, no_empty_axis, unit_for)
 from ..plan.keys import KernelKey
@@ -82,7 +82,7 @@ def plan_sharded(row_shape: tuple, itemsize: int, offsets, indices_shape: tuple,
     tx = min(cdiv(units, cu), tuning.MAX_THREADS)
     ty = max(1, tuning.MAX_THREADS // tx)
     chunks = cdiv(units, tx * cu)
-    ru = row_unroll or _row_unroll(n_idx, ty, chunks, limits)
+    ru = row_unroll or core.row_unroll(n_idx, ty, chunks, limits, tuning.SHARDED_RU)
     grid = (min(cdiv(n_idx, ty * ru), max_grid or GRID_X_MAX),
             min(chunks, max_grid or GRID_YZ_MAX), 1)
     bases = [int(b) for b in bases]
@@ -94,12 +94,3 @@ def plan_sharded(row_shape: tuple, itemsize: int, offsets, indices_shape: tuple,
     return Plan(main=main, reason=f"{units} units of {unit} B per row over {n_shards} shards; "
                                   f"block {tx}x{ty}, {ru} row(s) x {cu} unit(s) per thread, "
                                   f"{chunks} chunk(s) per row", **base)
-
-
-def _row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits) -> int:
-    """As the rows kernel: the most rows per thread unless that leaves under ~2
-    waves of blocks."""
-    for ru in (tuning.SHARDED_RU, 2):
-        if cdiv(rows, rows_per_block_row * ru) * chunks >= 2 * 4 * limits.sm_count:
-            return ru
-    return 1

@@ -35,14 +35,14 @@ from ..plan.keys import INDEX_DTYPES, KIND_SPECS, KINDS, UNITS, KernelKey
 from ..plan.core import unit_for
 
 __all__ = [
-    "CacheInfo", "Cleared", "KernelInfo", "DiskEntry", "ENTRY_STATES", "FUNCTION_ATTRIBUTES",
+    "KernelCacheInfo", "Cleared", "KernelInfo", "DiskEntry", "ENTRY_STATES", "FUNCTION_ATTRIBUTES",
     "SassUnavailableError", "NvrtcUnavailableError", "CacheWarning", "CompileError",
     "cache_info", "kernels", "compile", "compile_key", "cache_clear", "disk_kernels",
     "disk_clear", "find_disassembler", "supported_archs",
 ]
 
 
-class CacheInfo(NamedTuple):
+class KernelCacheInfo(NamedTuple):
     """Kernel-cache statistics of this process and of the disk cache.
 
     Attributes
@@ -90,7 +90,7 @@ class NvrtcUnavailableError(RuntimeError):
 
 
 # ---------------------------------------------------------------- in process
-def cache_info() -> CacheInfo:
+def cache_info() -> KernelCacheInfo:
     """Counters of this process and the contents of the disk cache."""
     s = _compiler.stats()
     paths = _compiler.disk_entries()
@@ -100,9 +100,9 @@ def cache_info() -> CacheInfo:
             size += os.path.getsize(p)
         except OSError:  # removed meanwhile
             pass
-    return CacheInfo(s["hits"], s["misses"], s["disk_hits"], s["compiles"],
-                     s["compile_seconds"], len(_compiler.compiled_kernels()),
-                     _compiler.cache_dir(), len(paths), size)
+    return KernelCacheInfo(s["hits"], s["misses"], s["disk_hits"], s["compiles"],
+                           s["compile_seconds"], len(_compiler.compiled_kernels()),
+                           _compiler.cache_dir(), len(paths), size)
 
 
 def kernels() -> List[KernelInfo]:

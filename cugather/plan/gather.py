@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import tuning
+from . import core, tuning
 from .core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Operand, Plan, cdiv,
                    check_launch, divisors, index_math, merge_dims, no_empty_axis, pad, unit_for)
 from .fastdiv import make_divisor
@@ -53,17 +53,6 @@ def _stage_pays(axis_len: int, unit: int, s_axis: int, picks: int, n_outer: int,
     row = axis_len * unit
     return (s_axis in (0, unit) and row <= limits.max_shared_mem and n_outer >= 2
             and row >= 64 and picks >= tuning.MAX_THREADS and picks * max(32, unit) >= row)
-
-
-def _row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits) -> int:
-    """Rows per thread for the rows kernel: the most (4), unless that leaves
-    fewer than about two waves of blocks, where a partly idle last wave costs
-    more than the extra loads in flight gain (measured on H200: 4 rows per
-    thread is fastest from ~10k blocks on, 2 below ~1k)."""
-    for ru in (tuning.ROWS_MAX_RU, 2):
-        if cdiv(rows, rows_per_block_row * ru) * chunks >= 2 * 4 * limits.sm_count:
-            return ru
-    return 1
 
 
 def _row_split(kind: str, units: int, unit: int):
@@ -159,7 +148,8 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         block, cu, chunks = _row_split(kind, units, unit)
         ru = 1
         if kind == "rows":
-            ru = row_unroll or _row_unroll(rows, block[1], chunks, limits)
+            ru = row_unroll or core.row_unroll(rows, block[1], chunks, limits,
+                                                  tuning.ROWS_MAX_RU)
             fields["row_unroll"] = ru
         grid = (min(cdiv(rows, block[1] * ru), grid_x), min(chunks, grid_yz), 1)
         reason = (f"{units} units of {unit} B per row; block {block[0]}x{block[1]}, "

@@ -17,7 +17,7 @@ from . import tuning
 
 __all__ = [
     "KernelKey", "KindSpec", "KIND_SPECS", "KINDS", "UNITS", "INDEX_DTYPES", "MATHS",
-    "KERNEL_MODES", "CHECK_KINDS", "all_kernel_keys",
+    "KERNEL_MODES", "all_kernel_keys",
 ]
 
 #: Bytes moved per load/store.
@@ -108,7 +108,6 @@ KIND_SPECS = {
                            ("quantized_general", (2, 4)), ("quantized_general_bf16", (2,)))},
 }
 KINDS = tuple(KIND_SPECS)
-CHECK_KINDS = tuple(k for k, s in KIND_SPECS.items() if not s.moves_data)
 
 
 @dataclass(frozen=True, order=True)

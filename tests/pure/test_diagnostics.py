@@ -236,11 +236,6 @@ def test_probe_never_raises(monkeypatch):
     assert env.gpu_problem and env.nvrtc_problem
 
 
-def test_nvrtc_available_is_deprecated_for_its_misleading_name():
-    with pytest.warns(DeprecationWarning, match="use nvrtc_problem"):
-        assert _env.nvrtc_available() == _env.nvrtc_problem()
-
-
 # ---------------------------------------------------------------- the messages
 CUPY12 = (("cupy-cuda12x", "14.2.0"), ("nvidia-cuda-nvrtc-cu12", "12.9.86"))
 CUPY13 = (("cupy-cuda13x", "14.2.0"), ("nvidia-cuda-nvrtc", "13.0.88"))

@@ -54,6 +54,12 @@ def test_compile_names_the_bad_argument():
     assert compiles() == 0
 
 
+def test_kernel_and_plan_cache_statistics_have_one_name_each():
+    assert isinstance(jit.cache_info(), jit.KernelCacheInfo)
+    assert "CacheInfo" not in jit.__all__ and not hasattr(jit, "CacheInfo")
+    assert cugather.PlanCacheInfo._fields != jit.KernelCacheInfo._fields
+
+
 def test_cache_dir_follows_cupy_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "elsewhere"))
     assert jit.cache_info().cache_dir == str(tmp_path / "elsewhere" / "cugather")
