@@ -29,7 +29,7 @@ import numpy
 __all__ = ["host_benchmark", "interleaved", "format_host"]
 
 TINY = ((1000, 64), "float32", 10)           # table, dtype, int64 indices (a decode step)
-TOPK = ((256, 128256), "float32", 50)        # rows, width, picks per row (a top-k pick)
+TOPK = (256, 128256, 50)                     # rows, width, picks per row (a top-k pick)
 
 
 def interleaved(contenders: Dict[str, Callable[[], object]], sync: Callable[[], None],

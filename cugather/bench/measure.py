@@ -86,7 +86,15 @@ def run_case(cp, case: Case, peers: dict, repeat: int) -> dict:
         held = name != "cugather_raise"  # raise mode synchronises with the host
         res["impl"][name] = _stats(time_cupy(cp, fn, repeat, hold=held), moved)
         res["impl"][name]["how"] = ("CUDA events on CuPy's stream, held stream" if held else
-                                    "CUDA events on CuPy's stream, includes the host read-back")
+                                    "CUDA events on CuPy's stream, includes the host's work "
+                                    "before the launch and the read-back")
+    # Raise mode behind the hold too: the kernel (which checks) plus the host's
+    # return from the synchronisation, without the host's work before the launch.
+    res["impl"]["cugather_raise_held"] = _stats(
+        time_cupy(cp, impls["cugather_raise"], repeat, hold=True, syncs=True), moved)
+    res["impl"]["cugather_raise_held"]["how"] = (
+        "CUDA events on CuPy's stream, held stream; from the kernel's start to the stop event "
+        "recorded after the call returned")
     if "torch" in peers:
         res["impl"]["torch.index_select"] = _torch(cp, peers["torch"], data, idx_pos, case, ref,
                                                    repeat, moved, res)

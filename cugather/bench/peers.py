@@ -120,8 +120,17 @@ def _hold_kernel(cp):
     return _hold[dev]
 
 
-def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launch_hold):
-    """The timing loop shared by :func:`time_cupy` and :func:`time_torch`."""
+def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launch_hold,
+           syncs=False):
+    """The timing loop shared by :func:`time_cupy` and :func:`time_torch`.
+
+    ``syncs``: ``fn`` synchronises with the stream itself (raise mode), so a
+    finished start event proves nothing; the hold (4x the call's host time,
+    at least 100 us) is then trusted to outlast the host's work before the
+    launch, and the sample runs from the kernel's start to the stop event
+    recorded once ``fn`` has returned: the device time plus the host's
+    return from the synchronisation.
+    """
     for _ in range(warmup):
         fn()
     synchronize()
@@ -142,7 +151,7 @@ def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launc
             stop.record()
             # A start event already passed means the hold ended before the call was
             # fully queued, so the sample may include host time: hold longer, retry.
-            late = hold and is_done(start)
+            late = hold and not syncs and is_done(start)
             stop.synchronize()
             if not late:
                 break
@@ -153,16 +162,18 @@ def _timed(fn, repeat, warmup, hold, event, elapsed, is_done, synchronize, launc
     return samples
 
 
-def time_cupy(cp, fn, repeat: int, warmup: int = 3, hold: bool = True) -> Samples:
+def time_cupy(cp, fn, repeat: int, warmup: int = 3, hold: bool = True,
+              syncs: bool = False) -> Samples:
     """Milliseconds per call: CUDA events around each call on CuPy's stream,
-    queued behind a holding kernel unless ``hold`` is False."""
+    queued behind a holding kernel unless ``hold`` is False (``syncs``: see
+    :func:`_timed`)."""
     stream = cp.cuda.get_current_stream()
 
     def launch_hold(ns):
         _hold_kernel(cp)((1,), (1,), (numpy.uint64(ns),))
 
     return _timed(fn, repeat, warmup, hold, cp.cuda.Event, cp.cuda.get_elapsed_time,
-                  lambda e: e.done, stream.synchronize, launch_hold)
+                  lambda e: e.done, stream.synchronize, launch_hold, syncs)
 
 
 def time_torch(torch, fn, repeat: int, warmup: int = 3, hold: bool = True) -> Samples:

@@ -6,14 +6,18 @@ import math
 
 __all__ = ["table", "chart"]
 
-COLUMNS = ["copy", "cugather", "cugather_i32", "cugather_raise", "cupy.take",
-           "torch.index_select", "jax.numpy.take", "ort_style"]
+COLUMNS = ["copy", "cugather", "cugather_i32", "cugather_raise", "cugather_raise_held",
+           "cupy.take", "torch.index_select", "jax.numpy.take", "ort_style"]
+#: Table headings where the name is too long for a column.
+_HEADINGS = {"cugather_raise": "raise", "cugather_raise_held": "raise held",
+             "torch.index_select": "torch.index_s", "jax.numpy.take": "jax.take"}
 
 
 def table(results: dict) -> str:
     cases = results["cases"]
     cols = [c for c in COLUMNS if any(c in r["impl"] for r in cases)]
-    head = f"{'case':18s} {'row B':>7s} " + " ".join(f"{c[:12]:>12s}" for c in cols)
+    head = f"{'case':18s} {'row B':>7s} " + " ".join(f"{_HEADINGS.get(c, c)[:12]:>12s}"
+                                                      for c in cols)
     lines = [f"{results['gpu']} -- effective TB/s = (2 x output + index bytes) / median time",
              head, "-" * len(head)]
     for r in cases:
@@ -67,7 +71,7 @@ def chart(results: dict, path: str):
     except ImportError:
         return None
     cases = [r for r in results["cases"] if r["name"] != "tiny"]
-    cols = [c for c in COLUMNS if c not in ("cugather_raise", "cugather_i32")
+    cols = [c for c in COLUMNS if c not in ("cugather_raise", "cugather_raise_held", "cugather_i32")
             and any(c in r["impl"] for r in cases)]
     fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(cases)), 5))
     width = 0.8 / len(cols)

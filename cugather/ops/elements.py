@@ -69,21 +69,33 @@ def run(op: str, data: Array, indices: Array, axis: Any, out: Optional[Array], m
     return _RUNTIME.run(key, data, ptr, indices, out, stream, fill_value)
 
 
+def _cached(op: str, data: Array, indices: Array, axis: Any, out: Optional[Array], mode: str,
+            fill_value: Any) -> Optional[Array]:
+    """The cached path (see GatherOp.__call__) for CuPy ``data`` and ``indices``: the
+    result, or None when this call's key has no plan yet (the caller validates)."""
+    nd = data.ndim
+    if (type(axis) is not int or not -nd <= axis < nd or type(mode) is not str
+            or (mode == "fill" and type(fill_value) is not int)):
+        return None
+    mem = data.data
+    ptr, device = mem.ptr, mem.device_id
+    if indices.data.device_id != device:
+        return None
+    bound = _RUNTIME.cached((
+        CUDA, device, data.shape, data.strides, data.dtype, ptr & 255, indices.shape,
+        indices.strides, indices.dtype, 0 if out is None else out_bits(out, CUDA), op,
+        axis % nd, mode, fill_value if mode == "fill" else None))
+    if bound is None or bound.copy_data:
+        return None
+    return execute(bound, data, ptr, indices, out, None, device)
+
+
 def _call(op: str, data: Array, indices: Any, axis: Any, out: Optional[Array], mode: str,
           fill_value: Any, stream: Any) -> Array:
-    ndarray = validate.cupy_ndarray()
-    if (stream is None and type(indices) is ndarray and type(axis) is int
-            and -data.ndim <= axis < data.ndim and (mode != "fill" or type(fill_value) is int)):
-        # The cached path (see GatherOp.__call__): a key built from validated arrays.
-        mem = data.data
-        ptr, device = mem.ptr, mem.device_id
-        if indices.data.device_id == device:
-            bound = _RUNTIME.cached((
-                CUDA, device, data.shape, data.strides, data.dtype, ptr & 255, indices.shape,
-                indices.strides, indices.dtype, 0 if out is None else out_bits(out, CUDA), op,
-                axis % data.ndim, mode, fill_value if mode == "fill" else None))
-            if bound is not None and not bound.copy_data:
-                return execute(bound, data, ptr, indices, out, None, device)
+    if stream is None and type(indices) is validate.cupy_ndarray():
+        result = _cached(op, data, indices, axis, out, mode, fill_value)
+        if result is not None:
+            return result
     if stream is not None:  # conversions and copies run on it too
         with validate.current_stream(stream):
             return _slow_call(op, data, indices, axis, out, mode, fill_value, stream)
@@ -149,6 +161,11 @@ def gather_elements(data: Any, indices: Any, axis: int = 0, *, out: Optional[Arr
     ValueError
         If the ranks differ or indices exceed data on another dimension.
     """
+    ndarray = validate.cupy_ndarray()
+    if type(data) is ndarray and type(indices) is ndarray and stream is None:
+        result = _cached("elements", data, indices, axis, out, mode, fill_value)
+        if result is not None:
+            return result
     validate.check_mode(mode, validate.GATHER_MODES)
     cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
@@ -207,6 +224,10 @@ def take_along_axis(arr: Any, indices: Any, axis: Optional[int] = -1) -> Array:
         If ``indices`` does not have ``arr``'s number of dimensions.
     """
     cp = validate.cupy_module()
+    if type(arr) is cp.ndarray and type(indices) is cp.ndarray:
+        result = _cached("along", arr, indices, axis, None, "raise", 0)
+        if result is not None:
+            return result
     fe = frontends.native(arr)
     if fe is not None:
         if axis is None and len(getattr(indices, "shape", (0,))) != 1:

@@ -28,6 +28,13 @@ from ..validate import Array
 __all__ = ["GatherOp", "gather", "take", "take_op", "run"]
 
 _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
+_ndarray: Any = None  # cupy.ndarray, looked up on the first call (see GatherOp.__call__)
+
+
+def _load_ndarray() -> Any:
+    global _ndarray
+    _ndarray = validate.cupy_ndarray()
+    return _ndarray
 _I32, _I64 = validate.INDEX_DTYPES  # NumPy's own instances, which CuPy arrays carry
 
 
@@ -166,7 +173,7 @@ class GatherOp:
     # ------------------------------------------------------------ call
     def __call__(self, data: Any, indices: Any, *, out: Optional[Array] = None,
                  stream: Any = None) -> Array:
-        ndarray = validate.cupy_ndarray()
+        ndarray = _ndarray or _load_ndarray()
         if type(data) is ndarray and type(indices) is ndarray:
             # The cached path: the key of these very arrays.  A cached key was
             # built from validated arrays, so a hit says these are valid too.
@@ -174,12 +181,22 @@ class GatherOp:
             ptr = mem.ptr
             device = mem.device_id
             if indices.data.device_id == device:
-                bound = self._runtime.cached((
-                    CUDA, device, data.shape, data.strides, data.dtype, ptr & 255,
-                    indices.shape, indices.strides, indices.dtype,
-                    0 if out is None else out_bits(out, CUDA)))
+                key = (CUDA, device, data.shape, data.strides, data.dtype, ptr & 255,
+                       indices.shape, indices.strides, indices.dtype,
+                       0 if out is None else out_bits(out, CUDA))
+                runtime = self._runtime
+                memo = runtime._memo
+                if memo[0] == key:  # OpRuntime.cached, written out: every call runs it
+                    runtime.hits += 1
+                    bound = memo[1]
+                else:
+                    bound = runtime.cached(key)
                 if bound is not None and not bound.copy_data:
                     if stream is None:
+                        if out is None and bound.call is not None:
+                            result = bound.call(ptr, indices, ())
+                            if result is not None:
+                                return result
                         return execute(bound, data, ptr, indices, out, None, device)
                     with validate.current_stream(stream):  # the output's memory too
                         return execute(bound, data, ptr, indices, out, stream, device)
@@ -357,8 +374,14 @@ def gather(data: Any, indices: Any, axis: int = 0, *, out: Optional[Array] = Non
         In ``"raise"`` mode, naming the first bad index, its position and the
         valid range; nothing is written.
     """
-    validate.check_mode(mode, validate.GATHER_MODES)
-    return _shared_op(GatherOp, axis, mode, fill_value)(data, indices, out=out, stream=stream)
+    # The shared op of int settings, looked up as _shared_op keys it (no checks:
+    # an op exists only for settings that passed them).
+    op = (_ops.get((GatherOp, int, axis, mode, fill_value))
+          if type(axis) is int and type(mode) is str and type(fill_value) is int else None)
+    if op is None:
+        validate.check_mode(mode, validate.GATHER_MODES)
+        op = _shared_op(GatherOp, axis, mode, fill_value)
+    return op(data, indices, out=out, stream=stream)
 
 
 def take(a: Any, indices: Any, axis: Optional[int] = None, out: Optional[Array] = None,
@@ -384,6 +407,10 @@ def take(a: Any, indices: Any, axis: Optional[int] = None, out: Optional[Array] 
     -------
     cupy.ndarray
     """
+    if type(axis) is int and type(mode) is str:
+        op = _ops.get((_TakeOp, int, axis, mode, 0))  # see gather()
+        if op is not None:
+            return op(a, indices, out=out)
     validate.check_mode(mode, validate.TAKE_MODES)
     if axis is None:
         if frontends.native(a) is None:

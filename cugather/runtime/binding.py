@@ -96,22 +96,25 @@ class BoundKernel:
 class Bound:
     """A plan with its kernels loaded and launchers built, on one device.
 
-    ``fast``: one launch and nothing else (no bounds check, no copy, a
-    non-empty output) on a backend with a cached path; ``checked``: raise
-    mode, whose main kernel records the first bad index it reads.
+    ``checked``: raise mode, whose main kernel records the first bad index it
+    reads; ``call``: the backend's pre-built cached path (None where it has
+    none).
     """
 
-    __slots__ = ("plan", "main", "check", "out_shape", "out_dtype", "copy_data", "fast",
-                 "checked", "backend")
+    __slots__ = ("plan", "main", "check", "out_shape", "out_dtype", "copy_data", "checked",
+                 "backend", "device", "call")
 
     def __init__(self, plan: Plan, main: Optional[BoundKernel], check: Optional[BoundKernel],
-                 backend, out_dtype=None):
+                 backend, out_dtype=None, device: int = 0):
         self.plan, self.main, self.check, self.backend = plan, main, check, backend
         self.out_shape = plan.out_shape
         self.out_dtype = out_dtype
         self.copy_data = plan.copy_data
         self.checked = check is not None
-        self.fast = backend.fast_path and main is not None and check is None
+        self.device = device
+        # The backend's pre-built cached path (launch.CudaBackend.cached_call), if any.
+        make = getattr(backend, "cached_call", None)
+        self.call = make(self) if make is not None else None
 
 
 def bind(plan: Plan, device: int, fill: Optional[bytes] = None, backend=None,
@@ -144,4 +147,4 @@ def bind(plan: Plan, device: int, fill: Optional[bytes] = None, backend=None,
         main = BoundKernel(backend.load(plan.main.key, device), plan.main, words)
     if plan.check is not None:
         check = BoundKernel(backend.load(plan.check.key, device), plan.check)
-    return Bound(plan, main, check, backend, out_dtype)
+    return Bound(plan, main, check, backend, out_dtype, device)

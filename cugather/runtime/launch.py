@@ -38,7 +38,13 @@ NO_BAD = (1 << 64) - 1
 CAPTURE_ERROR = ("mode='raise' reads the bounds check back to the host, which CUDA graph "
                  "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
 
-_ready = threading.local()  # devices whose context this thread has made current
+class _Ready(threading.local):
+    """Devices whose primary context this thread has made current (per thread)."""
+
+    devices: frozenset = frozenset()
+
+
+_ready = _Ready()
 
 
 class _Device:
@@ -54,12 +60,9 @@ class _Device:
         if current != self.device:
             self.previous = current
             self.rt.setDevice(self.device)
-        ready = getattr(_ready, "devices", None)
-        if ready is None:
-            ready = _ready.devices = set()
-        if self.device not in ready:
+        if self.device not in _ready.devices:
             self.rt.free(0)  # the driver API launch needs the primary context current
-            ready.add(self.device)
+            _ready.devices = _ready.devices | {self.device}
 
     def __exit__(self, *exc):
         if self.previous is not None:
@@ -171,6 +174,20 @@ class CudaBackend:
     def empty(self, shape, dtype):
         return validate.cupy_module().ndarray(shape, dtype)
 
+    def cached_call(self, bound: Bound):
+        """The cached path of ``bound`` as one closure, or None where it has none.
+
+        ``call(data_ptr, indices, pointers)`` allocates the output, writes the
+        struct's pointers and launches on CuPy's current stream -- in raise mode
+        then synchronises and reads the flag -- with every name it needs bound
+        in advance (Triton's pre-built launcher); it returns None, having done
+        nothing, when ``bound``'s device is not current with its context ready
+        in this thread (execute() then takes the general path).
+        """
+        if not self.fast_path or bound.main is None or bound.copy_data:
+            return None
+        return _cupy_call(bound, self)
+
     @staticmethod
     def fill_bytes(fill_value, dtype) -> bytes:
         return validate.fill_bytes(fill_value, dtype)
@@ -214,20 +231,55 @@ class CudaBackend:
 CUDA = CudaBackend()
 
 
-class _Fast:
-    """CuPy callables of the cached path, looked up once."""
+def _cupy_call(bound: Bound, backend: CudaBackend):
+    cp = validate.cupy_module()
+    rt = cp.cuda.runtime
+    get_device, get_stream, ndarray = rt.getDevice, cp.cuda.get_current_stream, cp.ndarray
+    main = bound.main
+    shape, dtype, device = bound.out_shape, bound.out_dtype, bound.device
+    g0, g1, g2, b0, b1, b2, shared = main._config
+    launch, handle, params, buf, lock = (main._launch, main._handle, main._params_ptr,
+                                         main._bytes, main._lock)
+    pack = main._packs[main.n_pointers]
+    ready = _ready
 
-    ndarray = get_device = current_stream = synchronize = capturing = None
+    if not bound.checked:
+        def call(data_ptr, indices, pointers):
+            if get_device() != device or device not in ready.devices:
+                return None
+            out = ndarray(shape, dtype)
+            sptr = get_stream().ptr
+            with lock:
+                pack(buf, 0, data_ptr, indices.data.ptr, out.data.ptr, 0, *pointers)
+                launch(handle, g0, g1, g2, b0, b1, b2, shared, sptr, params, 0)
+            return out
+        return call
 
-    @classmethod
-    def load(cls):
-        cp = validate.cupy_module()
-        cls.get_device = cp.cuda.runtime.getDevice
-        cls.current_stream = cp.cuda.get_current_stream
-        cls.synchronize = cp.cuda.runtime.streamSynchronize
-        cls.capturing = cp.cuda.runtime.streamIsCapturing
-        cls.ndarray = cp.ndarray
-        return cls
+    capturing, synchronize = rt.streamIsCapturing, rt.streamSynchronize
+    flags = backend.flags
+
+    def checked_call(data_ptr, indices, pointers):
+        if get_device() != device or device not in ready.devices:
+            return None
+        sptr = get_stream().ptr
+        if capturing(sptr):
+            raise RuntimeError(CAPTURE_ERROR)
+        out = ndarray(shape, dtype)
+        iptr = indices.data.ptr
+        flag = flags.take()
+        try:
+            with lock:
+                pack(buf, 0, data_ptr, iptr, out.data.ptr, flag, *pointers)
+                launch(handle, g0, g1, g2, b0, b1, b2, shared, sptr, params, 0)
+            synchronize(sptr)
+        except BaseException:
+            flags.give_back(flag)
+            raise
+        pos = flags.read_and_give(flag)
+        if pos != NO_BAD:
+            raise _bad_index(bound, backend, indices, pos)
+        return out
+    return checked_call
 
 
 def _bad_index(bound: Bound, backend, indices, pos: int) -> IndexError:
@@ -248,38 +300,13 @@ def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int
     pointer).  ``out``, when given, is checked here (shape, dtype, layout,
     device, no overlap with any input).
     """
-    if out is not None or stream is not None:
-        return _execute(bound, data, data_ptr, indices, out, stream, device, extra)
-    if bound.fast:
-        fast = _Fast if _Fast.ndarray is not None else _Fast.load()
-        if fast.get_device() == device and device in getattr(_ready, "devices", ()):
-            more = _pointers(extra)
-            out = fast.ndarray(bound.out_shape, bound.out_dtype)
-            bound.main.launch(fast.current_stream().ptr, data_ptr, indices.data.ptr,
-                              out.data.ptr, 0, *more)
-            return out
-    elif bound.checked and bound.main is not None and bound.backend.fast_path:
-        fast = _Fast if _Fast.ndarray is not None else _Fast.load()
-        if fast.get_device() == device and device in getattr(_ready, "devices", ()):
-            sptr = fast.current_stream().ptr
-            if fast.capturing(sptr):
-                raise RuntimeError(CAPTURE_ERROR)
-            out = fast.ndarray(bound.out_shape, bound.out_dtype)
-            more = _pointers(extra)
-            flags = CUDA.flags
-            flag = flags.take()
-            iptr = indices.data.ptr
-            try:
-                bound.main.launch(sptr, data_ptr, iptr, out.data.ptr, flag, *more)
-                fast.synchronize(sptr)
-            except BaseException:
-                flags.give_back(flag)
-                raise
-            pos = flags.read_and_give(flag)
-            if pos != NO_BAD:
-                raise _bad_index(bound, CUDA, indices, pos)
-            return out
-    return _execute(bound, data, data_ptr, indices, None, None, device, extra)
+    if out is None and stream is None:
+        call = bound.call
+        if call is not None:
+            result = call(data_ptr, indices, _pointers(extra))
+            if result is not None:
+                return result
+    return _execute(bound, data, data_ptr, indices, out, stream, device, extra)
 
 
 def _execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int,

@@ -95,8 +95,8 @@ def test_sdist_ships_the_whole_test_suite_and_the_documents(sdist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = _source_files("tests") | _source_files("kernels") | _source_files("templates") | {
-        "LICENSE", "README.md", "CHANGELOG.md", "BENCHMARKS.md", "BENCHMARKS.json",
-        "BENCHMARKS.png", "pyproject.toml", "MANIFEST.in", "cugather/py.typed"}
+        "LICENSE", "README.md", "CHANGELOG.md", "BENCHMARKS.md", "benchmarks/fixed.json",
+        "benchmarks/fixed.png", "pyproject.toml", "MANIFEST.in", "cugather/py.typed"}
     assert {"tests/conftest.py", "tests/hostsim/cuda_shim.h",
             "tests/hostsim/shim_selftest.cu", "tests/tools/gpu_suite.sh"} <= wanted
     missing = sorted(wanted - names)

@@ -126,7 +126,7 @@ def test_bind_packs_every_launch_of_the_plan():
     assert int(args["s_axis"][0]) == 12 and int(args["units"][0]) == 3
     assert np.frombuffer(args["fill"].tobytes(), np.float32).tolist() == [-2.5] * 4
     assert int(bound.check.args["axis_len"][0]) == 10
-    assert not bound.fast  # a bounds check first: not the one-launch path
+    assert bound.checked and bound.call is None  # raise mode; no cached path on this backend
     with pytest.raises(ValueError, match="fill value"):
         bind(plan, 0, None, _Recorder())
 
