@@ -148,6 +148,13 @@ class TorchBackend(CudaBackend):
             return validate.fill_bytes(fill_value, dtype)
         return fill_bytes(fill_value, _TO_TORCH[dtype])
 
+    def cached_call(self, bound: Any) -> Any:
+        """The runtime's cached path for torch tensors (see CudaBackend.cached_call):
+        a torch output on torch's current stream, every name bound in advance."""
+        if bound.main is None or bound.copy_data or _raw_stream is None or _get_device is None:
+            return None
+        return _cached_call(bound, self)
+
 
 def fill_bytes(fill_value: object, td: Any) -> bytes:
     """The bytes of ``fill_value`` as one element of torch dtype ``td``, checked."""
@@ -180,6 +187,57 @@ def _device(index: int) -> Any:
     if d is None:
         d = _devices[index] = torch.device("cuda", index)
     return d
+
+
+def _cached_call(bound: Any, backend: TorchBackend) -> Any:
+    from ..runtime.launch import CAPTURE_ERROR, NO_BAD, bad_index, ready_contexts
+
+    pack, buf, lock, launch, handle, config, params = bound.main.parts()
+    g0, g1, g2, b0, b1, b2, shared = config
+    shape, dtype, device = bound.out_shape, bound.out_dtype, bound.device
+    tdtype, tdevice = _TO_TORCH[dtype], _device(device)
+    strides = _strides(shape, dtype.itemsize)
+    empty, ready = torch.empty, ready_contexts
+    raw_stream: Any = _raw_stream  # both exist: cached_call checked
+    get_device: Any = _get_device
+
+    if not bound.checked:
+        def call(data_ptr: int, indices: Any, pointers: Tuple[int, ...]) -> Any:
+            if get_device() != device or device not in ready.devices:
+                return None
+            t = empty(shape, dtype=tdtype, device=tdevice)
+            optr = t.data_ptr()
+            sptr = raw_stream(device)
+            with lock:
+                pack(buf, 0, data_ptr, indices.ptr, optr, 0, *pointers)
+                launch(handle, g0, g1, g2, b0, b1, b2, shared, sptr, params, 0)
+            return TorchView(shape, strides, dtype, optr, device, t)
+        return call
+
+    flags, capturing, synchronize = backend.flags, backend.capturing, backend.synchronize
+
+    def checked_call(data_ptr: int, indices: Any, pointers: Tuple[int, ...]) -> Any:
+        if get_device() != device or device not in ready.devices:
+            return None
+        sptr = raw_stream(device)
+        if capturing(sptr):
+            raise RuntimeError(CAPTURE_ERROR)
+        t = empty(shape, dtype=tdtype, device=tdevice)
+        optr = t.data_ptr()
+        flag = flags.take()
+        try:
+            with lock:
+                pack(buf, 0, data_ptr, indices.ptr, optr, flag, *pointers)
+                launch(handle, g0, g1, g2, b0, b1, b2, shared, sptr, params, 0)
+            synchronize(sptr)
+        except BaseException:
+            flags.give_back(flag)
+            raise
+        pos = flags.read_and_give(flag)
+        if pos != NO_BAD:
+            raise bad_index(bound, backend, indices, pos)
+        return TorchView(shape, strides, dtype, optr, device, t)
+    return checked_call
 
 
 BACKEND = TorchBackend()

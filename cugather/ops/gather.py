@@ -222,12 +222,17 @@ class GatherOp:
         return run(self, data, indices, out, stream, device, CUDA)
 
     def _call_native(self, fe: Any, data: Any, indices: Any, out: Any, stream: Any) -> Any:
-        with fe.on_stream(stream):
-            d = fe.prepare_data(data, self._DATA)
-            if d.ndim == 0:
-                d = self._zero_d(d)
-            i = fe.prepare_indices(indices, d.device, self._ALLOW_BOOL)
-            return fe.result(run(self, d, i, fe.prepare_out(out), stream, d.device, fe.backend))
+        if stream is not None:
+            with fe.on_stream(stream):  # the front door's own conversions too
+                return self._native(fe, data, indices, out, stream)
+        return self._native(fe, data, indices, out, None)
+
+    def _native(self, fe: Any, data: Any, indices: Any, out: Any, stream: Any) -> Any:
+        d = fe.prepare_data(data, self._DATA)
+        if d.ndim == 0:
+            d = self._zero_d(d)
+        i = fe.prepare_indices(indices, d.device, self._ALLOW_BOOL)
+        return fe.result(run(self, d, i, fe.prepare_out(out), stream, d.device, fe.backend))
 
 
 class _TakeOp(GatherOp):

@@ -83,6 +83,14 @@ class BoundKernel:
         self._launch = kernel.launch_fn  # cuLaunchKernel's signature
         self._config = (*self.grid, *self.block, self.shared_mem)
 
+    def parts(self) -> tuple:
+        """What a pre-built launcher closes over: ``(pack, block, lock, launch_fn,
+        handle, (grid..., block..., shared), params)``; it writes every pointer with
+        ``pack(block, 0, *pointers)`` and calls ``launch_fn(handle, *config, stream,
+        params, 0)`` under ``lock``."""
+        return (self._packs[self.n_pointers], self._bytes, self._lock, self._launch,
+                self._handle, self._config, self._params_ptr)
+
     def launch(self, stream_ptr: int, *pointers: int) -> None:
         """Write ``pointers`` (the leading fields, in order) and launch on ``stream_ptr``."""
         g0, g1, g2, b0, b1, b2, shared = self._config

@@ -30,7 +30,8 @@ from .. import validate
 from ..plan.core import DeviceLimits, alignment
 from .binding import Bound, BoundKernel, bind
 
-__all__ = ["CudaBackend", "CUDA", "NO_BAD", "Flags", "execute", "run_plan", "CAPTURE_ERROR"]
+__all__ = ["CudaBackend", "CUDA", "NO_BAD", "Flags", "execute", "run_plan", "CAPTURE_ERROR",
+           "ready_contexts", "bad_index"]
 
 #: What a bounds-check flag holds when every index is valid.
 NO_BAD = (1 << 64) - 1
@@ -45,6 +46,9 @@ class _Ready(threading.local):
 
 
 _ready = _Ready()
+#: This thread's devices with a current, initialised context: a pre-built
+#: launcher launches only on those (``device in ready_contexts.devices``).
+ready_contexts = _ready
 
 
 class _Device:
@@ -235,12 +239,9 @@ def _cupy_call(bound: Bound, backend: CudaBackend):
     cp = validate.cupy_module()
     rt = cp.cuda.runtime
     get_device, get_stream, ndarray = rt.getDevice, cp.cuda.get_current_stream, cp.ndarray
-    main = bound.main
     shape, dtype, device = bound.out_shape, bound.out_dtype, bound.device
-    g0, g1, g2, b0, b1, b2, shared = main._config
-    launch, handle, params, buf, lock = (main._launch, main._handle, main._params_ptr,
-                                         main._bytes, main._lock)
-    pack = main._packs[main.n_pointers]
+    pack, buf, lock, launch, handle, config, params = bound.main.parts()
+    g0, g1, g2, b0, b1, b2, shared = config
     ready = _ready
 
     if not bound.checked:
@@ -277,18 +278,19 @@ def _cupy_call(bound: Bound, backend: CudaBackend):
             raise
         pos = flags.read_and_give(flag)
         if pos != NO_BAD:
-            raise _bad_index(bound, backend, indices, pos)
+            raise bad_index(bound, backend, indices, pos)
         return out
     return checked_call
 
 
-def _bad_index(bound: Bound, backend, indices, pos: int) -> IndexError:
+def bad_index(bound: Bound, backend, indices, pos: int) -> IndexError:
+    """The plan's IndexError for the first bad position ``pos`` of ``indices``."""
     return bound.plan.index_error(pos, backend.index_value(indices, pos), indices.shape)
 
 
-def _pointers(extra: tuple) -> tuple:
-    """The addresses of the CuPy arrays of ``extra`` pairs (0 for None)."""
-    return tuple(0 if a is None else a.data.ptr for _, a in extra) if extra else ()
+def _pointers(extra: tuple, pointer) -> tuple:
+    """The addresses of the arrays of ``extra`` pairs (0 for None)."""
+    return tuple(0 if a is None else pointer(a) for _, a in extra) if extra else ()
 
 
 def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int,
@@ -303,7 +305,7 @@ def execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: int
     if out is None and stream is None:
         call = bound.call
         if call is not None:
-            result = call(data_ptr, indices, _pointers(extra))
+            result = call(data_ptr, indices, _pointers(extra, bound.backend.pointer))
             if result is not None:
                 return result
     return _execute(bound, data, data_ptr, indices, out, stream, device, extra)
@@ -345,7 +347,7 @@ def _execute(bound: Bound, data, data_ptr: int, indices, out, stream, device: in
             raise
         pos = flags.read_and_give(flag)
         if pos != NO_BAD:
-            raise _bad_index(bound, backend, indices, pos)
+            raise bad_index(bound, backend, indices, pos)
         if not fresh and bound.main is not None:
             # Every index was just checked: the kernel's own check never fires,
             # so it gets no flag (a write through the null pointer would fault).
