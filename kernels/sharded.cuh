@@ -12,7 +12,9 @@
 #define CUGATHER_SHARDED_CUH
 
 // CG_MAX_RANKS: most shards one argument block describes; CG_SHARDED_RU: rows
-// per thread at most (the plan passes 1 .. CG_SHARDED_RU in row_unroll).
+// per thread at most (the plan passes 1 .. CG_SHARDED_RU in row_unroll).  The
+// sharded kind's spec (cugather/distributed/plan.py) renders them into its
+// own source only.
 #if !defined(CG_MAX_RANKS) || !defined(CG_SHARDED_RU)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif

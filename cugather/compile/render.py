@@ -2,7 +2,8 @@
 
 This module owns the Jinja2 environment.  A rendered source is
 self-contained: its first line records where it came from, then the tuning
-constants of cugather/plan/tuning.py, the headers of kernels/ inlined (so any
+constants of cugather/plan/tuning.py (and those of the key's own spec, for a
+kind registered from another module), the headers of kernels/ inlined (so any
 cache keyed on the text changes when a header or a constant changes), and the
 argument-struct layout asserted against cugather/plan/layout.py.
 """
@@ -108,7 +109,7 @@ def render(key: KernelKey) -> Source:
                         for name in ("common.cuh", spec.header))
     text = _environment().get_template(TEMPLATE).render(
         provenance=provenance,
-        defines=sorted(KERNEL_DEFINES.items()),
+        defines=sorted({**KERNEL_DEFINES, **dict(spec.defines)}.items()),
         headers=headers,
         layout=layout_of(spec.args_type),
         args_type=spec.args_type,

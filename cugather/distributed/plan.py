@@ -1,4 +1,5 @@
-"""Plans of the sharded gather kernel (kernels/sharded.cuh).  Pure Python, no GPU.
+"""The sharded gather kernel (kernels/sharded.cuh): its kind and its plans.
+Pure Python, no GPU.
 
 A sharded gather reads global rows of a table whose shards live in several
 allocations (other GPUs' memory through peer access, or segments of local
@@ -6,6 +7,10 @@ buffers).  Its plan depends on the row geometry, the shard layout (row
 offsets, base alignments), the number and dtype of the indices and the
 mode; the shard base addresses are fields of the argument block too, filled
 in by the caller once per table (they never change between calls).
+
+Importing this module registers the ``sharded`` kind (its spec, argument
+struct and constants) with :func:`cugather.plan.keys.register_kind`; the
+core's kernels neither see nor depend on it.
 """
 
 from __future__ import annotations
@@ -13,13 +18,39 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy
+
 from ..plan import core, tuning
 from ..plan.core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Plan, cdiv,
                          check_launch, no_empty_axis, unit_for)
-from ..plan.keys import KernelKey
-from ..plan.tuning import MAX_RANKS
+from ..plan.keys import KernelKey, KindSpec, register_kind
+from ..plan.layout import FILL, POINTERS
 
-__all__ = ["plan_sharded", "row_offsets", "MAX_RANKS"]
+__all__ = ["plan_sharded", "row_offsets", "MAX_RANKS", "SHARDED_RU", "SHARDED_ARGS"]
+
+#: Most shards one argument block describes (the block stays near 1 KB of the
+#: 4 KB of kernel parameters).
+MAX_RANKS = 64
+#: Rows per thread at most.
+SHARDED_RU = 4
+
+#: ``ShardedArgs`` of kernels/sharded.cuh.
+SHARDED_ARGS = numpy.dtype(POINTERS + [
+    ("n", "<u8"), ("units", "<u8"), ("total", "<i8"),
+    ("n_shards", "<u4"), ("row_unroll", "<u4"),
+    FILL,
+    ("offsets", "<i8", (MAX_RANKS + 1,)),
+    ("bases", "<u8", (MAX_RANKS,)),
+], align=True)
+
+# Rows of a table sharded over several allocations; it divides nothing, so one
+# index math.  ``data`` is unused: the shard bases are fields.
+register_kind(
+    "sharded",
+    KindSpec("sharded.cuh", "gather_sharded", "ShardedArgs", maths=("fast64",), min_blocks=4,
+             takes_math=False,
+             defines=(("CG_MAX_RANKS", MAX_RANKS), ("CG_SHARDED_RU", SHARDED_RU))),
+    SHARDED_ARGS, ("data", "indices", "out", "first_bad"))
 
 
 def row_offsets(counts) -> list:
@@ -82,7 +113,7 @@ def plan_sharded(row_shape: tuple, itemsize: int, offsets, indices_shape: tuple,
     tx = min(cdiv(units, cu), tuning.MAX_THREADS)
     ty = max(1, tuning.MAX_THREADS // tx)
     chunks = cdiv(units, tx * cu)
-    ru = row_unroll or core.row_unroll(n_idx, ty, chunks, limits, tuning.SHARDED_RU)
+    ru = row_unroll or core.row_unroll(n_idx, ty, chunks, limits, SHARDED_RU)
     grid = (min(cdiv(n_idx, ty * ru), max_grid or GRID_X_MAX),
             min(chunks, max_grid or GRID_YZ_MAX), 1)
     bases = [int(b) for b in bases]

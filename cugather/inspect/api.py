@@ -31,7 +31,7 @@ from ..compile.compiler import CacheWarning, CompileError
 from .disasm import SassUnavailableError, find_disassembler
 from .disk import ENTRY_STATES, DiskEntry, disk_clear, disk_kernels
 from .kernel_info import FUNCTION_ATTRIBUTES, KernelInfo
-from ..plan.keys import INDEX_DTYPES, KIND_SPECS, KINDS, UNITS, KernelKey
+from ..plan.keys import INDEX_DTYPES, UNITS, KernelKey, kind_spec, kinds
 from ..plan.core import unit_for
 
 __all__ = [
@@ -211,7 +211,7 @@ def compile(kind: str, dtype: Any, index_dtype: Any, *, mode: str = "raise",
     Parameters
     ----------
     kind : str
-        Kernel variant, one of :data:`cugather.plan.keys.KINDS` (``"check"``
+        Kernel variant, one of :func:`cugather.plan.keys.kinds` (``"check"``
         and ``"check_nd"`` are raise mode's bounds checks, which move no data
         and take no dtype or unit).
     dtype : dtype-like or None
@@ -254,7 +254,7 @@ def compile(kind: str, dtype: Any, index_dtype: Any, *, mode: str = "raise",
     NvrtcUnavailableError
         CuPy or NVRTC is not installed (the message says how to install them).
     """
-    _pick("kind", kind, KINDS)
+    _pick("kind", kind, kinds())
     idx = _index_dtype_name(index_dtype)
     if _moves_no_data(kind):  # a bounds check: no unit, no dtype
         key = KernelKey(kind, 0 if unit is None else unit, idx, math or "fast64", mode)
@@ -265,7 +265,7 @@ def compile(kind: str, dtype: Any, index_dtype: Any, *, mode: str = "raise",
 
 def _moves_no_data(kind: str) -> bool:
     """True for the bounds-check kinds, whose only unit is 0."""
-    return not KIND_SPECS[kind].moves_data
+    return not kind_spec(kind).moves_data
 
 
 def compile_key(key: KernelKey, *, arch: str = "sm_90", options: Sequence[str] = (),

@@ -2,22 +2,35 @@
 
 A key says everything the CUDA source depends on; shapes never enter it (they
 travel as kernel arguments), so one compiled kernel serves every shape.
-:data:`KIND_SPECS` describes each kernel kind once -- the header and device
+A :class:`KindSpec` describes each kernel kind once -- the header and device
 function it instantiates, its argument struct, the index maths, modes and
-units it is built for -- for the planners, the renderer and the test tiers.
-:func:`all_kernel_keys` enumerates what the library can produce.
+units it is built for, the constants only its source needs -- for the
+planners, the renderer and the test tiers.  :func:`all_kernel_keys`
+enumerates what the library can produce.
+
+The kinds of cugather's own operators are listed here.  A subpackage with a
+kernel of its own (``cugather.distributed``: ``sharded``) registers it with
+:func:`register_kind` when imported; :data:`EXTENSIONS` names those modules,
+and this module imports them on the first lookup of a kind it does not know
+and whenever it enumerates kinds, so every reader of keys (the disk cache,
+``cugather cache list``, the test tiers) sees every kind, while the core never
+imports them to plan or launch its own kernels.
 """
 
 from __future__ import annotations
 
+import importlib
+import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
-from . import tuning
+import numpy
+
+from . import layout, tuning
 
 __all__ = [
-    "KernelKey", "KindSpec", "KIND_SPECS", "KINDS", "UNITS", "INDEX_DTYPES", "MATHS",
-    "KERNEL_MODES", "all_kernel_keys",
+    "KernelKey", "KindSpec", "BUILTIN_KINDS", "EXTENSIONS", "UNITS", "INDEX_DTYPES", "MATHS",
+    "KERNEL_MODES", "kinds", "kind_spec", "register_kind", "all_kernel_keys",
 ]
 
 #: Bytes moved per load/store.
@@ -49,6 +62,9 @@ class KindSpec:
     units: tuple = UNITS
     min_blocks: Union[int, Callable[["KernelKey"], int]] = 1
     takes_math: bool = True  # the device function's template takes the index math
+    #: ``(name, value)`` pairs rendered as ``#define``s into this kind's source
+    #: only, beside the global ``tuning.KERNEL_DEFINES``.
+    defines: tuple = ()
 
     @property
     def moves_data(self) -> bool:
@@ -71,8 +87,9 @@ def _quant_blocks(key: "KernelKey") -> int:
     return tuning.QUANT_BLOCKS_WRAP_CLIP if key.mode in ("wrap", "clip") else tuning.QUANT_BLOCKS
 
 
-#: kind -> spec.  Bounds checks move no data (unit 0) and exist in raise mode only.
-KIND_SPECS = {
+#: kind -> spec, the built-in kinds and then those registered.  Bounds checks
+#: move no data (unit 0) and exist in raise mode only.
+_SPECS = {
     "rows": KindSpec("gather.cuh", "gather_rows", "GatherArgs", min_blocks=_rows_blocks),
     "chunks": KindSpec("gather.cuh", "gather_chunks", "GatherArgs",
                        min_blocks=lambda key: tuning.CHUNKS_BLOCKS if key.math == "fast32" else 1),
@@ -92,10 +109,6 @@ KIND_SPECS = {
                    min_blocks=_elements_nd_blocks),
     "check_nd": KindSpec("nd.cuh", "check_nd", "NDCheckArgs", maths=("fast64",),
                          modes=("raise",), units=(0,)),
-    # cugather.distributed: rows of a table sharded over several allocations
-    # (peer memory); it divides nothing, so one index math.
-    "sharded": KindSpec("sharded.cuh", "gather_sharded", "ShardedArgs", maths=("fast64",),
-                        min_blocks=4, takes_math=False),
     # GatherBlockQuantized: rows of a block-quantized uint8 table dequantized as
     # they are gathered; the unit is the output element (2: float16, 4: float32;
     # the _bf16 kinds write bfloat16).  "quantized" moves rows along the last
@@ -107,7 +120,83 @@ KIND_SPECS = {
        for kind, units in (("quantized", (2, 4)), ("quantized_bf16", (2,)),
                            ("quantized_general", (2, 4)), ("quantized_general_bf16", (2,)))},
 }
-KINDS = tuple(KIND_SPECS)
+#: The kinds this module lists itself.
+BUILTIN_KINDS = tuple(_SPECS)
+#: Modules that register further kinds when imported (see :func:`register_kind`).
+EXTENSIONS = ("cugather.distributed.plan",)
+_REGISTER_LOCK = threading.Lock()
+
+
+def _load_extensions() -> None:
+    # import_module is a dictionary lookup once a module is loaded, and the
+    # import lock makes a second thread wait for a registration under way.
+    for name in EXTENSIONS:
+        importlib.import_module(name)
+
+
+def kinds() -> tuple:
+    """Every kernel kind: the built-in ones, then those of :data:`EXTENSIONS`."""
+    _load_extensions()
+    return tuple(_SPECS)
+
+
+def kind_spec(kind: str) -> KindSpec:
+    """The spec of ``kind``; ValueError naming the known kinds if there is none."""
+    spec = _SPECS.get(kind)
+    if spec is None:
+        _load_extensions()
+        spec = _SPECS.get(kind)
+        if spec is None:
+            raise ValueError(f"unknown kernel kind {kind!r}; expected one of {tuple(_SPECS)}")
+    return spec
+
+
+def register_kind(kind: str, spec: KindSpec, args_dtype: numpy.dtype,
+                  pointer_fields: tuple) -> None:
+    """Add a kernel kind of a module named in :data:`EXTENSIONS`.
+
+    Parameters
+    ----------
+    kind : str
+        The kind's name in kernel keys and entry points.
+    spec : KindSpec
+        Its header (in ``kernels/``), device function, argument struct name and
+        the ``#define``s only its source needs (``spec.defines``; names must
+        not be those of ``tuning.KERNEL_DEFINES``).
+    args_dtype : numpy.dtype
+        The argument struct, as :mod:`cugather.plan.layout` mirrors the others.
+    pointer_fields : tuple of str
+        The pointer fields that lead the struct, in launch order.
+
+    Registering the same kind again with an equal spec and layout does nothing;
+    anything else already taken is a ValueError.
+    """
+    if spec.header == "common.cuh" or not spec.header.endswith(".cuh"):
+        raise ValueError(f"spec.header must name a kernels/*.cuh header of the kind, "
+                         f"got {spec.header!r}")
+    for name, value in spec.defines:
+        if not (isinstance(name, str) and name.startswith("CG_")) or not isinstance(value, int):
+            raise ValueError(f"spec.defines must be (CG_NAME, int) pairs, got {(name, value)!r}")
+        if name in tuning.KERNEL_DEFINES:
+            raise ValueError(f"{name} is a global kernel define (tuning.KERNEL_DEFINES); "
+                             f"kind {kind!r} cannot define it again")
+    pointer_fields = tuple(pointer_fields)
+    if args_dtype.names is None or args_dtype.names[:len(pointer_fields)] != pointer_fields:
+        raise ValueError(f"pointer_fields {pointer_fields} must lead {spec.args_type}, whose "
+                         f"fields are {args_dtype.names}")
+    with _REGISTER_LOCK:
+        old = _SPECS.get(kind)
+        old_dtype = layout.ARGS_DTYPES.get(spec.args_type)
+        old_pointers = layout.POINTER_FIELDS.get(spec.args_type)
+        if old is not None and old != spec:
+            raise ValueError(f"kernel kind {kind!r} is registered already, as {old}")
+        if ((old_dtype is not None and old_dtype != args_dtype)
+                or (old_pointers is not None and old_pointers != pointer_fields)):
+            raise ValueError(f"argument struct {spec.args_type!r} is registered already "
+                             f"with another layout")
+        layout.ARGS_DTYPES[spec.args_type] = args_dtype
+        layout.POINTER_FIELDS[spec.args_type] = pointer_fields
+        _SPECS[kind] = spec
 
 
 @dataclass(frozen=True, order=True)
@@ -121,9 +210,7 @@ class KernelKey:
     mode: str
 
     def __post_init__(self):
-        spec = KIND_SPECS.get(self.kind)
-        if spec is None:
-            raise ValueError(f"unknown kernel kind {self.kind!r}; expected one of {KINDS}")
+        spec = kind_spec(self.kind)
         if self.unit not in spec.units:
             raise ValueError(f"unit for kind {self.kind!r} must be one of {spec.units}, "
                              f"got {self.unit!r}")
@@ -138,7 +225,7 @@ class KernelKey:
 
     @property
     def spec(self) -> KindSpec:
-        return KIND_SPECS[self.kind]
+        return _SPECS[self.kind]
 
     @property
     def entry(self) -> str:
@@ -155,9 +242,11 @@ class KernelKey:
 _IDX_TAG = {"int32": "i32", "int64": "i64"}
 
 
-def all_kernel_keys() -> Iterator[KernelKey]:
-    """Yield every kernel key the library can produce, in a stable order."""
-    for kind, spec in KIND_SPECS.items():
+def all_kernel_keys(of_kinds: Optional[Iterable[str]] = None) -> Iterator[KernelKey]:
+    """Yield every kernel key the library can produce (of the kinds ``of_kinds``
+    only, when given), in a stable order."""
+    for kind in kinds() if of_kinds is None else of_kinds:
+        spec = kind_spec(kind)
         for unit in spec.units:
             for index_dtype in INDEX_DTYPES:
                 for math in spec.maths:

@@ -4,85 +4,82 @@ Kernels take one struct by value; the host fills a size-1 structured array of
 the matching dtype.  Every rendered source carries ``static_assert``s built
 from these offsets, so a drift between the two sides fails to compile.  The
 structs live beside their kernels: ``GatherArgs``, ``StridedArgs``,
-``WindowArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh,
-``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh, ``QuantArgs`` in kernels/quantized.cuh.
+``WindowArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in
+kernels/elements.cuh, ``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh,
+``QuantArgs`` in kernels/quantized.cuh.  A kind registered from another module
+(:func:`cugather.plan.keys.register_kind`) adds its struct to
+:data:`ARGS_DTYPES` and :data:`POINTER_FIELDS` (``ShardedArgs``, in
+cugather/distributed/plan.py).
 """
 
 from __future__ import annotations
 
 import numpy
 
-from .tuning import MAX_DIMS, MAX_RANKS
+from .tuning import MAX_DIMS
 
-__all__ = ["ARGS_DTYPES", "DIVISOR", "layout_of", "new_args", "POINTER_FIELDS"]
+__all__ = ["ARGS_DTYPES", "DIVISOR", "FILL", "POINTERS", "layout_of", "new_args",
+           "POINTER_FIELDS"]
 
 DIVISOR = numpy.dtype(
     [("d", "<u8"), ("m", "<u8"), ("l", "<u4"), ("pad", "<u4")], align=True)
 
-_FILL = ("fill", "<u8", (2,))
+#: The fill value's bytes (16: the widest element), the last field of a gather.
+FILL = ("fill", "<u8", (2,))
+#: The pointers that lead the struct of every kernel that moves data.
+POINTERS = [("data", "<u8"), ("indices", "<u8"), ("out", "<u8"), ("first_bad", "<u8")]
 
-_POINTERS = [("data", "<u8"), ("indices", "<u8"), ("out", "<u8"), ("first_bad", "<u8")]
-
-GATHER_ARGS = numpy.dtype(_POINTERS + [
+GATHER_ARGS = numpy.dtype(POINTERS + [
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("rows", "<u8"), ("units", "<u8"), ("n_indices", "<u8"), ("outer", "<u8"),
     ("n_div", DIVISOR),
     ("chunk", "<u4"), ("stage_unit", "<u4"), ("row_unroll", "<u4"), ("pad", "<u4"),
-    _FILL,
+    FILL,
 ], align=True)
 
-STRIDED_ARGS = numpy.dtype(_POINTERS + [
+STRIDED_ARGS = numpy.dtype(POINTERS + [
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
     ("ndim", "<u4"), ("index_dim", "<u4"),
     ("dims", DIVISOR, (MAX_DIMS,)),
     ("strides", "<i8", (MAX_DIMS,)),
-    _FILL,
+    FILL,
 ], align=True)
 
-WINDOW_ARGS = numpy.dtype(_POINTERS + [
+WINDOW_ARGS = numpy.dtype(POINTERS + [
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("rows", "<u8"), ("row_bytes", "<u8"), ("out_bytes", "<u8"), ("chunks", "<u8"),
     ("lo", "<i8"), ("hi", "<i8"),
     ("n_div", DIVISOR), ("row_div", DIVISOR),
-    _FILL,
+    FILL,
 ], align=True)
 
 CHECK_ARGS = numpy.dtype([
     ("indices", "<u8"), ("first_bad", "<u8"), ("n", "<u8"), ("axis_len", "<i8"),
 ], align=True)
 
-ELEMENTS_ARGS = numpy.dtype(_POINTERS + [
+ELEMENTS_ARGS = numpy.dtype(POINTERS + [
     ("total", "<u8"), ("axis_len", "<i8"), ("s_axis", "<i8"),
     ("ndim", "<u4"), ("col_tiles", "<u4"), ("cols", "<u8"), ("row_tiles", "<u8"),
     ("dims", DIVISOR, (MAX_DIMS,)),
     ("strides", "<i8", (MAX_DIMS,)),
     ("index_strides", "<u8", (MAX_DIMS,)),
-    _FILL,
+    FILL,
 ], align=True)
 
-ND_ARGS = numpy.dtype(_POINTERS + [
+ND_ARGS = numpy.dtype(POINTERS + [
     ("rows", "<u8"), ("units", "<u8"),
     ("ndim", "<u4"), ("tuple_dim", "<u4"), ("m", "<u4"), ("tile_cu", "<u4"),
     ("dims", DIVISOR, (MAX_DIMS,)),
     ("strides", "<i8", (MAX_DIMS,)),
     ("bounds", "<i8", (MAX_DIMS,)),
     ("comp_strides", "<i8", (MAX_DIMS,)),
-    _FILL,
+    FILL,
 ], align=True)
 
 ND_CHECK_ARGS = numpy.dtype([
     ("indices", "<u8"), ("first_bad", "<u8"), ("n", "<u8"),
     ("m_div", DIVISOR),
     ("bounds", "<i8", (MAX_DIMS,)),
-], align=True)
-
-# kernels/sharded.cuh
-SHARDED_ARGS = numpy.dtype(_POINTERS + [
-    ("n", "<u8"), ("units", "<u8"), ("total", "<i8"),
-    ("n_shards", "<u4"), ("row_unroll", "<u4"),
-    _FILL,
-    ("offsets", "<i8", (MAX_RANKS + 1,)),
-    ("bases", "<u8", (MAX_RANKS,)),
 ], align=True)
 
 # kernels/quantized.cuh: the pointers of every kernel, then scales and zero points
@@ -94,14 +91,15 @@ QUANT_ARGS = numpy.dtype([
     ("row_bytes", "<u8"), ("chunks", "<u8"),
     ("m1_div", DIVISOR), ("nq_div", DIVISOR), ("m2_div", DIVISOR),
     ("bits", "<u4"), ("log2_block", "<u4"), ("default_zp", "<u4"), ("vec", "<u4"),
-    _FILL,
+    ("values", "<u4"), ("row_unroll", "<u4"),
+    FILL,
 ], align=True)
 
 #: C struct name -> dtype.
 ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
                "WindowArgs": WINDOW_ARGS, "CheckArgs": CHECK_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
-               "ShardedArgs": SHARDED_ARGS, "QuantArgs": QUANT_ARGS}
+               "QuantArgs": QUANT_ARGS}
 
 #: Pointer fields: they lead each struct, in this order, and a launch writes them
 #: all at once (data, indices, out and raise mode's flag, then any others).
@@ -113,7 +111,6 @@ POINTER_FIELDS = {
     "ElementsArgs": ("data", "indices", "out", "first_bad"),
     "NDArgs": ("data", "indices", "out", "first_bad"),
     "NDCheckArgs": ("indices", "first_bad"),
-    "ShardedArgs": ("data", "indices", "out", "first_bad"),  # data unused: shard bases are fields
     # zero_points is 0 when absent (the kernel then uses the default zero point)
     "QuantArgs": ("data", "indices", "out", "first_bad", "scales", "zero_points"),
 }

@@ -4,7 +4,10 @@ The planners size grids and blocks with these values, and the renderer writes
 :data:`KERNEL_DEFINES` at the top of every generated source (the headers in
 ``kernels/`` have no defaults of their own and refuse to compile without
 them), so the two sides cannot disagree.  Values were chosen by measurement
-on an H200; BENCHMARKS.md lists what each alternative measured.
+on an H200; BENCHMARKS.md lists what each alternative measured.  A kind
+registered from another module brings the constants only its kernel uses in
+its spec (``KindSpec.defines``), rendered into its own source alone: the
+sharded kind's are in cugather/distributed/plan.py.
 """
 
 from __future__ import annotations
@@ -46,20 +49,20 @@ ROWS_BLOCKS_U16 = 6
 ROWS_BLOCKS_U8 = 5
 ROWS_BLOCKS_NARROW = 8
 CHUNKS_BLOCKS = 8
-# sharded (cugather.distributed): most shards one argument block describes
-# (the block stays near 1 KB of the 4 KB of kernel parameters), rows per
-# thread at most.
-MAX_RANKS = 64
-SHARDED_RU = 4
-# quantized (GatherBlockQuantized): values per thread per step (16: one block
-# of the smallest block size holds a whole chunk, so a thread reads one scale;
-# 8 packed bytes of 4-bit values or 16 of 8-bit ones, 32 or 64 output bytes);
-# __launch_bounds__ minimum resident blocks of the row kernels: 6 (40 registers)
-# in raise and fill mode, 5 in wrap and clip mode, whose index arithmetic
-# spills at 40 registers on sm_80.
+# quantized (GatherBlockQuantized): values per thread per chunk of a row.
+# QUANT_VALUES (16) is the chunk of byte loads and of 8-bit rows (one 16-byte
+# load); 4-bit rows take QUANT_WIDE_VALUES (32: one 16-byte load) where the
+# block size is at least 32, else 16 (one 8-byte load); a chunk never spans
+# two blocks, so a thread reads one scale and one zero point per chunk and
+# row.  Rows per thread at most (all loads of up to QUANT_MAX_RU rows are in
+# flight before any math, as in the rows kernel); __launch_bounds__ minimum
+# resident blocks of the row kernels by mode (the NVRTC tier checks that none
+# spills on sm_75, sm_80 and sm_90).
 QUANT_VALUES = 16
-QUANT_BLOCKS = 6
-QUANT_BLOCKS_WRAP_CLIP = 5
+QUANT_WIDE_VALUES = 32
+QUANT_MAX_RU = 4
+QUANT_BLOCKS = 4
+QUANT_BLOCKS_WRAP_CLIP = 4
 # Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
 CHECK_GRID_MAX = 4096
 
@@ -86,10 +89,10 @@ KERNEL_DEFINES = {
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ND_SHORT_RU": ND_SHORT_RU,
     "CG_ND_LONG_CU": ND_LONG_CU,
-    "CG_MAX_RANKS": MAX_RANKS,
-    "CG_SHARDED_RU": SHARDED_RU,
     "CG_STREAM_STORES": STREAM_STORES,
     "CG_STREAM_INDICES": STREAM_INDICES,
     "CG_ND_SLICE_NO_L1": ND_SLICE_NO_L1,
     "CG_QUANT_VALUES": QUANT_VALUES,
+    "CG_QUANT_WIDE_VALUES": QUANT_WIDE_VALUES,
+    "CG_QUANT_MAX_RU": QUANT_MAX_RU,
 }

@@ -154,7 +154,7 @@ def launch(key: KernelKey, args: numpy.ndarray, grid, block, shared_mem: int = 0
     Parameters
     ----------
     key : KernelKey
-        Any key whose kind is in ``cugather.compile.render.KIND_SPECS``; its group's
+        Any key of ``cugather.plan.keys.all_kernel_keys()``; its group's
         library is built on first use (:func:`build.prebuild` builds them all).
     args : numpy.ndarray
         Size-1 structured array of the kind's argument dtype

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
-from cugather.plan.layout import MAX_RANKS
+from cugather.distributed.plan import MAX_RANKS
 from hostsim import build, runner
 from hostsim.sharded import ShardedCase
 
