@@ -225,7 +225,8 @@ class KernelKey:
 
     @property
     def spec(self) -> KindSpec:
-        return _SPECS[self.kind]
+        # An unpickled key (another process) may name a kind not registered here yet.
+        return _SPECS.get(self.kind) or kind_spec(self.kind)
 
     @property
     def entry(self) -> str:
