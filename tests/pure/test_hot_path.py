@@ -216,3 +216,21 @@ def test_peer_gather_refuses_a_cache_size_below_one():
     for bad in (-1, 0, 1.5, True):
         with pytest.raises(ValueError, match="cache_size must be a positive int"):
             PeerGather([0], [0, 4], (3,), "float32", 0, cache_size=bad)
+
+
+def test_a_key_of_a_registered_kind_renders_in_a_fresh_process():
+    """warm_cache's NVRTC workers unpickle keys of kinds their process has not
+    registered yet (the sharded kind lives in cugather.distributed): KeyError."""
+    import pickle
+    import subprocess
+    import sys
+
+    from cugather.plan.keys import all_kernel_keys
+
+    key = next(k for k in all_kernel_keys() if k.kind == "sharded")
+    code = ("import pickle, sys; from cugather.compile.render import render; "
+            "print(render(pickle.loads(sys.stdin.buffer.read())).entry)")
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(key),
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().strip() == key.entry
