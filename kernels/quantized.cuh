@@ -13,7 +13,7 @@
 #ifndef CUGATHER_QUANTIZED_CUH
 #define CUGATHER_QUANTIZED_CUH
 
-#if !defined(CG_QUANT_VALUES)
+#if !defined(CG_QUANT_VALUES) || !defined(CG_QUANT_WIDE_VALUES) || !defined(CG_QUANT_MAX_RU)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -56,7 +56,9 @@ struct QuantArgs {
     u32 bits;        // 4 or 8
     u32 log2_block;
     u32 default_zp;  // 1 << (bits - 1): onnxruntime's zero point for uint8 data without one
-    u32 vec;         // rows kernel: 1 when rows and bases allow 8/16-byte loads and 16-byte stores
+    u32 vec;         // rows kernel: 1 when rows and bases allow one load per chunk and 16-byte stores
+    u32 values;      // rows kernel with vec: values per chunk (CG_QUANT_VALUES or CG_QUANT_WIDE_VALUES)
+    u32 row_unroll;  // rows kernel with vec: rows per thread, 1 .. CG_QUANT_MAX_RU
     u64 fill[2];
 };
 
@@ -232,64 +234,149 @@ __device__ __forceinline__ typename O::T fill_element(const u64 (&fill)[2])
 // ---------------------------------------------------------------------------
 // rows: the quantize axis is the last (m2 = 1).  Output row r = n * m1 + b
 // (index position n, merged middle position b) is data row idx * m1 + b.  A
-// block is a (TX, TY) grid of threads, TY rows per block tile and TX threads
-// per row, each moving chunks tx, tx + TX, ... of CG_QUANT_VALUES values; the
-// row's index is read and resolved once per thread.  With a.vec each chunk is
-// one 8-byte (4-bit) or 16-byte (8-bit) load and 16-byte stores; without, byte
-// loads and element stores, bounded by the row's end.
+// block is a (TX, TY) grid of threads: TX threads per row, each moving chunks
+// tx, tx + TX, ... of a.values values (V) of up to a.row_unroll rows (RU:
+// rows rt, rt + TY, ...), TY * RU rows per block tile, tiles over blockIdx.x
+// -- the layout of copy_rows in common.cuh.
+//
+// With a.vec a chunk is one aligned load (V = 16 4-bit values: 8 bytes; 32:
+// 16 bytes; 16 8-bit values: 16 bytes) and 16-byte streaming stores; every
+// row's index is read first, then every row's packed bytes, scale and zero
+// point, and only then the math and the stores, so RU loads of each kind are
+// in flight per thread.  The plan keeps V <= block_size, so a chunk lies in
+// one block: one scale and one zero point per chunk and row.  Without a.vec
+// (misaligned operands, rows that are no multiple of a load) chunks of
+// CG_QUANT_VALUES values take byte loads and element stores, bounded by the
+// row's end, one row per thread.
 // ---------------------------------------------------------------------------
-// 16 values as 2-byte elements (two 16-byte stores) or 4-byte ones (four).
-template <class O>
-__device__ __forceinline__ void store_chunk(unsigned short* dst, const float (&v)[CG_QUANT_VALUES])
-{
+static_assert(CG_QUANT_WIDE_VALUES == 32, "wide chunks are 32 4-bit values: one 16-byte load");
+
+// Packed bytes of one chunk of V BITS-bit values, as 32-bit words.
+template <int BITS, int V>
+struct Packed {
+    enum { BYTES = V * BITS / 8, WORDS = BYTES / 4 };
+    u32 w[WORDS];
+    __device__ __forceinline__ void load(const unsigned char* p)
+    {
+        if (BYTES == 8) {
+            const uint2 q = __ldg((const uint2*)p);
+            w[0] = q.x;
+            w[1 % WORDS] = q.y;
+        } else {
 #pragma unroll
-    for (int k = 0; k < CG_QUANT_VALUES / 8; ++k)
-        store_stream((uint4*)dst + k,
-                     make_uint4(O::two(v[8 * k], v[8 * k + 1]), O::two(v[8 * k + 2], v[8 * k + 3]),
-                                O::two(v[8 * k + 4], v[8 * k + 5]), O::two(v[8 * k + 6], v[8 * k + 7])));
+            for (int k = 0; k < BYTES / 16; ++k) {
+                const uint4 q = __ldg((const uint4*)p + k);
+                w[(4 * k) % WORDS] = q.x;
+                w[(4 * k + 1) % WORDS] = q.y;
+                w[(4 * k + 2) % WORDS] = q.z;
+                w[(4 * k + 3) % WORDS] = q.w;
+            }
+        }
+    }
+    // Code of value k (low nibble first).
+    __device__ __forceinline__ u32 code(int k) const
+    {
+        return BITS == 4 ? (w[k >> 3] >> (4 * (k & 7))) & 15u : (w[k >> 2] >> (8 * (k & 3))) & 255u;
+    }
+};
+
+// Values k0 .. k0 + 8 (2-byte outputs: one 16-byte store) or k0 .. k0 + 4 (4-byte).
+template <class O, class P>
+__device__ __forceinline__ void store_values(unsigned short* dst, const P& p, int k0,
+                                             const Dequant& dq)
+{
+    store_stream((uint4*)(dst + k0),
+                 make_uint4(O::two(dq(p.code(k0)), dq(p.code(k0 + 1))),
+                            O::two(dq(p.code(k0 + 2)), dq(p.code(k0 + 3))),
+                            O::two(dq(p.code(k0 + 4)), dq(p.code(k0 + 5))),
+                            O::two(dq(p.code(k0 + 6)), dq(p.code(k0 + 7)))));
 }
 
-template <class O>
-__device__ __forceinline__ void store_chunk(unsigned int* dst, const float (&v)[CG_QUANT_VALUES])
+template <class O, class P>
+__device__ __forceinline__ void store_values(unsigned int* dst, const P& p, int k0,
+                                             const Dequant& dq)
 {
-#pragma unroll
-    for (int k = 0; k < CG_QUANT_VALUES / 4; ++k)
-        store_stream((uint4*)dst + k, make_uint4(O::one(v[4 * k]), O::one(v[4 * k + 1]),
-                                                 O::one(v[4 * k + 2]), O::one(v[4 * k + 3])));
+    store_stream((uint4*)(dst + k0), make_uint4(O::one(dq(p.code(k0))), O::one(dq(p.code(k0 + 1))),
+                                                O::one(dq(p.code(k0 + 2))),
+                                                O::one(dq(p.code(k0 + 3)))));
 }
 
-template <class O>
-__device__ __forceinline__ void fill_chunk(typename O::T* dst, const u64 (&fill)[2])
+// V fill values from dst on (a multiple of 16 bytes).
+template <class T, int V>
+__device__ __forceinline__ void fill_values(T* dst, const u64 (&fill)[2])
 {
     const uint4 f = fill_unit<uint4>(fill);  // the element repeated over 16 bytes
 #pragma unroll
-    for (int k = 0; k < CG_QUANT_VALUES * (int)sizeof(typename O::T) / 16; ++k)
-        store_stream((uint4*)dst + k, f);
+    for (int k = 0; k < V * (int)sizeof(T) / 16; ++k) store_stream((uint4*)dst + k, f);
 }
 
-// Chunk c of a row whose packed bytes start at `src`, aligned loads and stores.
-template <class O>
-__device__ __forceinline__ void dequant_chunk_vec(const QuantArgs& a, const unsigned char* src,
-                                                  u64 c, const Dequant& dq, typename O::T* dst)
+// Block blk's zero point of data row `row`: a nibble (4-bit) or a byte (8-bit).
+template <int BITS>
+__device__ __forceinline__ u32 zero_point_of(const QuantArgs& a, u64 row, u64 blk)
 {
-    float v[CG_QUANT_VALUES];
-    if (a.bits == 4) {
-        const uint2 p = __ldg((const uint2*)(src + c * (CG_QUANT_VALUES / 2)));
+    if (!a.zero_points) return a.default_zp;
+    if (BITS == 4) {
+        const u32 b = __ldg(a.zero_points + row * a.nzq + (blk >> 1));
+        return (blk & 1u) ? (b >> 4) : (b & 15u);
+    }
+    return __ldg(a.zero_points + row * a.nzq + blk);
+}
+
+template <class O, class Idx, int MODE, int BITS, int V>
+__device__ __forceinline__ void quant_rows_vec(const QuantArgs& a)
+{
+    typedef typename O::T T;
+    typedef Packed<BITS, V> P;
+    enum { RU = CG_QUANT_MAX_RU };
+    const int ru = (int)a.row_unroll;
+    const u64 ty = blockDim.y, tx = blockDim.x, row_tile = ty * (u64)ru;
+    // Chunks outside, rows inside: nothing row-dependent stays live across
+    // iterations (rows of up to TX chunks, the common case, take one chunk step).
+    for (u64 c = threadIdx.x; c < a.chunks; c += tx) {
+        const u64 blk = (c * V) >> a.log2_block;
+        for (u64 rt = (u64)blockIdx.x * row_tile + threadIdx.y; rt < a.rows;
+             rt += (u64)gridDim.x * row_tile) {
+            i64 idx[RU];
+            bool live[RU], ok[RU];
 #pragma unroll
-        for (int k = 0; k < CG_QUANT_VALUES; ++k)
-            v[k] = dq(((k < 8 ? p.x : p.y) >> (4 * (k & 7))) & 15u);
-    } else {
-        const uint4 p = __ldg((const uint4*)(src + c * CG_QUANT_VALUES));
+            for (int kr = 0; kr < RU; ++kr) {  // every row's index load first
+                const u64 r = rt + (u64)kr * ty;
+                live[kr] = kr < ru && r < a.rows;
+                idx[kr] = live[kr] ? load_index((const Idx*)a.indices + Math64::div(a.m1_div, r)) : 0;
+            }
+            P p[RU];
+            Dequant dq[RU];
 #pragma unroll
-        for (int k = 0; k < CG_QUANT_VALUES; ++k) {
-            const u32 w = k < 4 ? p.x : k < 8 ? p.y : k < 12 ? p.z : p.w;
-            v[k] = dq((w >> (8 * (k & 3))) & 255u);
+            for (int kr = 0; kr < RU; ++kr) {  // then every row's packed bytes, scale, zero point
+                const u64 r = rt + (u64)kr * ty;
+                u64 n, b;  // recomputed: fewer live registers than keeping them
+                divmod<Math64>(a.m1_div, r, n, b);
+                i64 i = idx[kr];
+                ok[kr] = live[kr] && resolve_checked<MODE>(i, a.axis_len, a.first_bad, n);
+                const u64 row = (u64)i * a.m1 + b;
+                if (ok[kr]) {
+                    p[kr].load(a.data + row * a.row_bytes + c * P::BYTES);
+                    dq[kr].scale = load_scale<O>(a.scales, row * a.nb + blk);
+                    dq[kr].base = 8388608.0f + (float)zero_point_of<BITS>(a, row, blk);
+                }
+            }
+#pragma unroll
+            for (int kr = 0; kr < RU; ++kr) {  // then the math and the stores
+                if (!live[kr]) continue;
+                T* dst = (T*)a.out + (rt + (u64)kr * ty) * a.nq + c * V;
+                if (may_skip<MODE>() && !ok[kr]) {
+                    fill_values<T, V>(dst, a.fill);
+                    continue;
+                }
+#pragma unroll
+                for (int k = 0; k < V; k += 16 / (int)sizeof(T)) store_values<O>(dst, p[kr], k, dq[kr]);
+            }
         }
     }
-    store_chunk<O>(dst, v);
 }
 
-// The same, one byte and one element at a time, up to the row's nq values.
+// Chunk c of CG_QUANT_VALUES values of a row whose packed bytes start at
+// `src`, one byte and one element at a time, up to the row's nq values.
 template <class O>
 __device__ __forceinline__ void dequant_chunk_scalar(const QuantArgs& a, const unsigned char* src,
                                                      u64 c, const Dequant& dq, typename O::T* dst)
@@ -315,8 +402,8 @@ __device__ __forceinline__ void fill_chunk_scalar(const QuantArgs& a, u64 c, typ
         if (c * CG_QUANT_VALUES + (u64)k < a.nq) store_stream(dst + k, f);
 }
 
-template <class O, class Idx, int MODE, bool VEC>
-__device__ __forceinline__ void quant_rows_tile(const QuantArgs& a)
+template <class O, class Idx, int MODE>
+__device__ __forceinline__ void quant_rows_scalar(const QuantArgs& a)
 {
     typedef typename O::T T;
     const u64 ty = blockDim.y, tx = blockDim.x;
@@ -327,22 +414,18 @@ __device__ __forceinline__ void quant_rows_tile(const QuantArgs& a)
         const bool ok = resolve_checked<MODE>(i, a.axis_len, a.first_bad, n);
         T* out_row = (T*)a.out + r * a.nq;
         if (may_skip<MODE>() && !ok) {  // raise mode's bad rows too: nothing is read
-            for (u64 c = threadIdx.x; c < a.chunks; c += tx) {
-                if (VEC) fill_chunk<O>(out_row + c * CG_QUANT_VALUES, a.fill);
-                else fill_chunk_scalar<O>(a, c, out_row + c * CG_QUANT_VALUES);
-            }
+            for (u64 c = threadIdx.x; c < a.chunks; c += tx)
+                fill_chunk_scalar<O>(a, c, out_row + c * CG_QUANT_VALUES);
             continue;
         }
         const u64 row = (u64)i * a.m1 + b;
         const unsigned char* src = a.data + row * a.row_bytes;
         for (u64 c = threadIdx.x; c < a.chunks; c += tx) {
             const u64 blk = (c * CG_QUANT_VALUES) >> a.log2_block;
-            const u64 zat = row * a.nzq + (a.bits == 4 ? blk >> 1 : blk);
             Dequant dq;
-            dq.base = 8388608.0f + (float)zero_point(a, zat, blk);
+            dq.base = 8388608.0f + (float)zero_point(a, row * a.nzq + (a.bits == 4 ? blk >> 1 : blk), blk);
             dq.scale = load_scale<O>(a.scales, row * a.nb + blk);
-            if (VEC) dequant_chunk_vec<O>(a, src, c, dq, out_row + c * CG_QUANT_VALUES);
-            else dequant_chunk_scalar<O>(a, src, c, dq, out_row + c * CG_QUANT_VALUES);
+            dequant_chunk_scalar<O>(a, src, c, dq, out_row + c * CG_QUANT_VALUES);
         }
     }
 }
@@ -350,9 +433,11 @@ __device__ __forceinline__ void quant_rows_tile(const QuantArgs& a)
 template <class O, class Idx, int MODE>
 __device__ __forceinline__ void quant_rows(const QuantArgs& a)
 {
-    // Uniform across the grid, so the branch never diverges.
-    if (a.vec) quant_rows_tile<O, Idx, MODE, true>(a);
-    else quant_rows_tile<O, Idx, MODE, false>(a);
+    // a.vec, a.bits and a.values are uniform across the grid: no branch diverges.
+    if (!a.vec) quant_rows_scalar<O, Idx, MODE>(a);
+    else if (a.bits == 8) quant_rows_vec<O, Idx, MODE, 8, CG_QUANT_VALUES>(a);
+    else if (a.values == CG_QUANT_WIDE_VALUES) quant_rows_vec<O, Idx, MODE, 4, CG_QUANT_WIDE_VALUES>(a);
+    else quant_rows_vec<O, Idx, MODE, 4, CG_QUANT_VALUES>(a);
 }
 
 // ---------------------------------------------------------------------------

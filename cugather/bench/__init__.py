@@ -45,6 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("--quantized", action="store_true",
                    help="run only the gather_block_quantized cases (quantized.json); with "
                         "--quick their subset")
+    p.add_argument("--variants", action="store_true",
+                   help="with --quantized: time every candidate plan of the 65536-index cases "
+                        "side by side (quantized-variants.json)")
     p.add_argument("--sweep", type=_positive, default=None, metavar="N",
                    help="time N random gather geometries (sweep.json, sweep.png) instead of "
                         "the fixed cases; add --case or --quick to run those too")
@@ -129,6 +132,10 @@ def run(args) -> int:
             json.dump(result, f, indent=1)
         print(format_host(result))
         return 0
+    if args.quantized and args.variants:
+        from .quantized import variants_command
+
+        return variants_command(cp, args)
     if args.quantized:
         _quantized(cp, args, peers, args.repeat or (20 if args.quick else 50))
         return 0

@@ -31,7 +31,8 @@ import numpy
 
 from .peers import host_time, time_cupy, time_torch
 
-__all__ = ["CASES", "QUICK", "run_quantized", "table"]
+__all__ = ["CASES", "QUICK", "run_quantized", "table", "run_variants", "variants_table",
+           "variants_command"]
 
 ROWS, VALUES, BLOCK = 262144, 2304, 32
 
@@ -254,3 +255,134 @@ def moved_bytes(bits: int, n: int, zero_points: bool = False) -> int:
     zp = ((nb + 1) // 2 if bits == 4 else nb) if zero_points else 0
     return n * (VALUES * bits // 8 + 2 * nb + zp + 2 * VALUES)
 
+
+
+# ---------------------------------------------------------------- plan variants
+#: The cases ``--variants`` times, and the compile options' minimum resident blocks
+#: it tries on top of each key's own (``None``).
+VARIANT_CASES = ("q4_gemma_65536", "q4_gemma_zp_65536", "q8_gemma_65536")
+VARIANT_MIN_BLOCKS = (None, 3, 4, 5, 6)
+
+
+def variants(bits: int) -> list:
+    """``(values_per_thread, rows_per_thread, min_blocks)`` of every candidate plan of a
+    ``bits``-bit case (min_blocks None: the key's own ``__launch_bounds__``)."""
+    from ..plan import tuning
+
+    widths = (tuning.QUANT_WIDE_VALUES, tuning.QUANT_VALUES) if bits == 4 else (
+        tuning.QUANT_VALUES,)
+    return [(v, ru, mb) for v in widths for ru in (1, 2, 4) for mb in VARIANT_MIN_BLOCKS]
+
+
+def _variant_kernel(cp, plan, min_blocks, device: int):
+    """The plan's main launch bound to its kernel compiled with ``-DCG_MIN_BLOCKS``
+    (None: the default options); (bound kernel, compiled kernel)."""
+    from ..compile.compiler import load_kernel
+    from ..runtime.binding import BoundKernel
+
+    options = () if min_blocks is None else (f"-DCG_MIN_BLOCKS={min_blocks}",)
+    lk = load_kernel(plan.main.key, device, options)
+    return BoundKernel(lk, plan.main), lk.compiled
+
+
+def _variant_case(cp, name: str, t: dict, n: int, repeat: int) -> dict:
+    from ..ops import quantized as quantized_op
+
+    device = cp.cuda.Device().id
+    idx = cp.random.randint(0, ROWS, n, dtype=cp.int64)
+    moved = _moved(t, n)
+    half = -(-moved // 2)
+    src, dst = cp.empty(half, cp.uint8), cp.empty(half, cp.uint8)
+    rt = cp.cuda.runtime
+
+    def copy():
+        rt.memcpyAsync(dst.data.ptr, src.data.ptr, half, rt.memcpyDeviceToDevice,
+                       cp.cuda.get_current_stream().ptr)
+    copy_gbps = _stats(time_cupy(cp, copy, repeat), 2 * half)["gbps"]
+    kw = dict(block_size=BLOCK, bits=t["bits"], mode="wrap")
+    default = quantized_op.plan_of(t["data"], idx, t["scales"], t["zp"], **kw)
+    zp_ptr = 0 if t["zp"] is None else t["zp"].data.ptr
+    ptrs = (t["data"].data.ptr, idx.data.ptr)
+    tail = (0, t["scales"].data.ptr, zp_ptr)
+    ref = None
+    rows = []
+    for v, ru, mb in [(None, None, None)] + variants(t["bits"]):
+        plan = default if v is None else quantized_op.plan_of(
+            t["data"], idx, t["scales"], t["zp"], values_per_thread=v, rows_per_thread=ru, **kw)
+        bk, ck = _variant_kernel(cp, plan, mb, device)
+        out = cp.empty(plan.out_shape, cp.float16)
+
+        def call(bk=bk, out=out):
+            bk.launch(cp.cuda.get_current_stream().ptr, *ptrs, out.data.ptr, *tail)
+        call()
+        cp.cuda.get_current_stream().synchronize()
+        if ref is None:
+            ref = out.copy()
+        same = _same(out, ref)
+        st = _stats(time_cupy(cp, call, repeat), moved) if same else None
+        f = plan.main.fields
+        rows.append({"default": v is None, "values": f["values"], "rows": f["row_unroll"],
+                     "min_blocks": "key" if mb is None else mb, "block": list(plan.block),
+                     "grid": list(plan.grid), "registers": ck.registers,
+                     "spill_bytes": (ck.spill_stores or 0) + (ck.spill_loads or 0),
+                     "checked": same, "ms": st and st["ms"], "gbps": st and st["gbps"],
+                     "of_copy": st and st["gbps"] / copy_gbps})
+    return {"name": name, "indices": n, "moved_bytes": moved, "copy_gbps": copy_gbps,
+            "default_plan": default.describe(), "variants": rows}
+
+
+def run_variants(cp, repeat: int = 30) -> dict:
+    """Every candidate plan of the VARIANT_CASES timed side by side (CUDA events
+    after warm-up, median), each checked bit for bit against the default plan's
+    output first.  One dict for the JSON."""
+    out: dict = {"cases": [], "count": "packed + scale (+ zero-point) bytes read + output "
+                                      "bytes written; copy: the same total"}
+    tables: dict = {}
+    for name, bits, with_zp, n in CASES:
+        if name not in VARIANT_CASES:
+            continue
+        if (bits, with_zp) not in tables:
+            tables.clear()
+            cp.get_default_memory_pool().free_all_blocks()
+            tables[(bits, with_zp)] = _table_of(cp, bits, with_zp)
+        print(f"[quantized variants] {name}", file=sys.stderr, flush=True)
+        out["cases"].append(_variant_case(cp, name, tables[(bits, with_zp)], n, repeat))
+    return out
+
+
+def variants_table(res: dict) -> str:
+    """The variants as text: TB/s and % of copy per candidate, fastest first per case."""
+    lines = ["GatherBlockQuantized plan variants -- effective TB/s (" + res["count"] + ")"]
+    for c in res["cases"]:
+        lines += ["", f"{c['name']}: {c['moved_bytes'] / 1e6:.1f} MB, copy "
+                      f"{c['copy_gbps'] / 1e3:.2f} TB/s; default: {c['default_plan']}",
+                  f"  {'values':>6s} {'rows':>4s} {'minblk':>6s} {'block':>10s} {'grid':>7s} "
+                  f"{'regs':>4s} {'spill':>5s} {'TB/s':>6s} {'of copy':>7s} {'us':>7s}"]
+        ranked = sorted(c["variants"], key=lambda r: (r["gbps"] is None, -(r["gbps"] or 0)))
+        for r in ranked:
+            tag = "  <- default" if r["default"] else ""
+            if r["gbps"] is None:
+                perf = f"{'MISMATCH vs default':>22s}"
+            else:
+                perf = f"{r['gbps'] / 1e3:6.2f} {r['of_copy']:7.0%} {r['ms'] * 1e3:7.1f}"
+            block = "x".join(str(b) for b in r["block"][:2])
+            lines.append(f"  {r['values']:6d} {r['rows']:4d} {str(r['min_blocks']):>6s} "
+                         f"{block:>10s} {r['grid'][0]:7d} {str(r['registers']):>4s} "
+                         f"{r['spill_bytes']:5d} {perf}{tag}")
+    return "\n".join(lines)
+
+
+def variants_command(cp, args) -> int:
+    """``python -m cugather bench --quantized --variants``: quantized-variants.json and
+    the table."""
+    import json
+    import os
+
+    res = run_variants(cp, args.repeat or 30)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "quantized-variants.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(variants_table(res))
+    print(f"\nresults: {path}")
+    return 0

@@ -53,8 +53,8 @@ def _check_arrays(geo: Geometry) -> None:
 
 
 def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
-    """The plan of a call with geometry ``geo`` (``force``: the planner's test knobs:
-    ``kind``, ``max_grid``)."""
+    """The plan of a call with geometry ``geo`` (``force``: the planner's test and
+    benchmark knobs: ``kind``, ``max_grid``, ``values_per_thread``, ``rows_per_thread``)."""
     _check_arrays(geo)
     q, block, bits = geo.extra[:3]
     data = Operand(geo.data_shape, geo.data_strides, 1, geo.data_align)
@@ -63,7 +63,8 @@ def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
     plan = plan_quantized(geo.data_shape, geo.indices_shape, geo.index_dtype.name,
                           out_dtype=geo.dtype.name, bits=bits, block_size=block,
                           gather_axis=geo.axis, quantize_axis=q, mode=geo.mode,
-                          data_align=geo.data_align, out_align=geo.out_align, **force)
+                          data_align=geo.data_align, out_align=geo.out_align, limits=limits,
+                          **force)
     return dataclasses.replace(plan, out_dtype=geo.dtype)
 
 
@@ -93,7 +94,8 @@ def plan_of(data: Array, indices: Array, scales: Array, zero_points: Optional[Ar
             mode: str = "raise", out: Optional[Array] = None, backend: Any = CUDA,
             device: Optional[int] = None, **force: Any) -> Plan:
     """The plan a call on these (C-contiguous) arrays of ``backend`` would use;
-    launches nothing.  ``force``: the planner's test knobs (``kind``, ``max_grid``)."""
+    launches nothing.  ``force``: the planner's knobs (``kind``, ``max_grid``,
+    ``values_per_thread``, ``rows_per_thread``)."""
     device = backend.device_of(data) if device is None else device
     key = _key(backend, device, data, indices, scales, zero_points, out, gather_axis,
                quantize_axis, block_size, bits, mode, None)
@@ -155,8 +157,9 @@ def gather_block_quantized(data: Any, indices: Any, scales: Any, zero_points: An
     ``quantize_axis``; every gathered value becomes
     ``float32(q - zero_point) * float32(scale)`` of its block, rounded once to
     the scales' dtype (onnxruntime's CPU kernel computes exactly this).  One
-    kernel launch: each thread reads a chunk's packed bytes, its block's scale
-    and zero point once, and writes 16 values.
+    kernel launch: each thread reads the packed bytes of a chunk of 16 or 32
+    values of up to four rows, each chunk's scale and zero point once, and
+    writes the values with 16-byte stores.
 
     Parameters
     ----------

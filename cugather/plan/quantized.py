@@ -9,9 +9,10 @@ values along ``quantize_axis``.  Output values are
 The logical table (values unpacked) is viewed as ``(G, m1, nq, m2)``: ``G``
 rows on the gather axis, ``nq`` values on the quantize axis, ``m1`` and
 ``m2`` the merged axes between and after.  With the quantize axis last
-(``m2 == 1``, the embedding-table case) the ``quantized`` kernels move rows,
-16 values per thread with 8- or 16-byte loads and 16-byte stores where rows
-and bases allow; any other quantize axis takes ``quantized_general``, one
+(``m2 == 1``, the embedding-table case) the ``quantized`` kernels move rows:
+chunks of 16 or 32 values of up to 4 rows per thread, each chunk one 8- or
+16-byte load and 16-byte stores where rows and bases allow (byte loads
+otherwise); any other quantize axis takes ``quantized_general``, one
 element per thread.  The kernels are ``kernels/quantized.cuh``.
 """
 
@@ -21,7 +22,8 @@ import math
 from typing import NamedTuple, Optional
 
 from . import tuning
-from .core import GRID_X_MAX, Launch, Plan, cdiv, check_launch, no_empty_axis
+from .core import (GRID_X_MAX, DeviceLimits, Launch, Plan, cdiv, check_launch,
+                   no_empty_axis, row_unroll)
 from .fastdiv import make_divisor
 from .keys import KernelKey
 
@@ -96,16 +98,48 @@ def quantized_shapes(data_shape, bits: int = 4, block_size: int = 128, gather_ax
     return QuantShapes(values, scales, zero_points, g, q)
 
 
+def _values(bits: int, block_size: int, row_bytes: int, data_align: int, out_align: int,
+            forced: Optional[int]) -> int:
+    """Values per chunk of the rows kernel with one load per chunk, or 0 (byte loads).
+
+    A chunk is one aligned load of its packed bytes (8 or 16 bytes), lies in
+    one block and its output is a multiple of 16 bytes: 32 4-bit values where
+    the block size allows, else 16."""
+    widths = ((tuning.QUANT_WIDE_VALUES, tuning.QUANT_VALUES) if bits == 4
+              else (tuning.QUANT_VALUES,))
+    if forced is not None:
+        if forced not in widths:
+            raise ValueError(f"values_per_thread must be one of {widths} with bits={bits}, "
+                             f"got {forced!r}")
+        widths = (forced,)
+    for v in widths:
+        load = v * bits // 8
+        if (v <= block_size and row_bytes % load == 0 and data_align % load == 0
+                and out_align % 16 == 0):
+            return v
+    if forced is not None:
+        raise ValueError(f"values_per_thread={forced} needs chunks of one block (block_size "
+                         f"{block_size}) and rows of whole {forced * bits // 8}-byte loads "
+                         f"(rows of {row_bytes} B, table {data_align}-byte and out "
+                         f"{out_align}-byte aligned)")
+    return 0
+
+
 def plan_quantized(data_shape, indices_shape, index_dtype: str, *, out_dtype: str,
                    bits: int = 4, block_size: int = 128, gather_axis: int = 0,
                    quantize_axis: int = -1, mode: str = "raise", data_align: int = 256,
-                   out_align: int = 256, kind: Optional[str] = None,
-                   max_grid: Optional[int] = None) -> Plan:
+                   out_align: int = 256, limits: DeviceLimits = DeviceLimits(),
+                   kind: Optional[str] = None, max_grid: Optional[int] = None,
+                   values_per_thread: Optional[int] = None,
+                   rows_per_thread: Optional[int] = None) -> Plan:
     """Plan GatherBlockQuantized of a C-contiguous uint8 table of ``data_shape``.
 
     ``out_dtype`` names the scales' (and output's) dtype; ``data_align`` and
-    ``out_align`` are the largest powers of two dividing the two addresses.
-    ``kind`` ("rows" or "general") and ``max_grid`` force a variant (tests).
+    ``out_align`` are the largest powers of two dividing the two addresses;
+    ``limits`` the device's (the grid's waves).  ``kind`` ("rows" or
+    "general"), ``max_grid``, ``values_per_thread`` (16 or 32 with 4 bits, 16
+    with 8) and ``rows_per_thread`` (1 .. QUANT_MAX_RU) force a variant (tests
+    and benchmarks); the last two apply to the rows kernel's vector path.
     The caller checks the shapes of scales and zero points against
     :func:`quantized_shapes`.
     """
@@ -130,12 +164,16 @@ def plan_quantized(data_shape, indices_shape, index_dtype: str, *, out_dtype: st
         rows=0, total=0, axis_len=G, m1=m1, nq=nq, m2=m2, nb=nb,
         nzq=(nb + 1) // 2 if bits == 4 else nb, row_bytes=nq * bits // 8, chunks=0,
         m1_div=make_divisor(m1, 64), nq_div=make_divisor(nq, 64), m2_div=make_divisor(m2, 64),
-        bits=bits, log2_block=block_size.bit_length() - 1, default_zp=1 << (bits - 1), vec=0)
+        bits=bits, log2_block=block_size.bit_length() - 1, default_zp=1 << (bits - 1), vec=0,
+        values=tuning.QUANT_VALUES, row_unroll=1)
     suffix = "_bf16" if out_dtype == "bfloat16" else ""
     unit = OUT_DTYPES[out_dtype]
     cap = max_grid or GRID_X_MAX
     if kind not in (None, "rows", "general"):
         raise ValueError(f"kind must be 'rows' or 'general', got {kind!r}")
+    if rows_per_thread is not None and rows_per_thread not in range(1, tuning.QUANT_MAX_RU + 1):
+        raise ValueError(f"rows_per_thread must be in [1, {tuning.QUANT_MAX_RU}], got "
+                         f"{rows_per_thread!r}")
     if kind == "general" or m2 != 1:
         if kind == "rows":
             raise ValueError(f"the rows kernel needs the quantize axis last; it is {q}")
@@ -146,17 +184,20 @@ def plan_quantized(data_shape, indices_shape, index_dtype: str, *, out_dtype: st
         reason = f"one element per thread over (N, {m1}, {nq}, {m2})"
         return Plan(main=main, reason=reason, **base)
 
-    chunks = cdiv(nq, tuning.QUANT_VALUES)
     rows = n_idx * m1
-    # 8- or 16-byte loads of each chunk's packed bytes, 16-byte stores of its values.
-    load = 16 if bits == 8 else 8
-    vec = fields["row_bytes"] % load == 0 and data_align % load == 0 and out_align % 16 == 0
-    fields.update(rows=rows, chunks=chunks, vec=int(vec))
+    v = _values(bits, block_size, fields["row_bytes"], data_align, out_align, values_per_thread)
+    chunk = v or tuning.QUANT_VALUES
+    chunks = cdiv(nq, chunk)
     tx = min(chunks, tuning.MAX_THREADS)
     ty = tuning.MAX_THREADS // tx
-    grid = (min(cdiv(rows, ty), cap), 1, 1)
+    ru = 1
+    if v:  # byte loads move one row per thread
+        ru = rows_per_thread or row_unroll(rows, ty, 1, limits, tuning.QUANT_MAX_RU)
+    fields.update(rows=rows, chunks=chunks, vec=int(bool(v)), values=chunk, row_unroll=ru)
+    grid = (min(cdiv(rows, ty * ru), cap), 1, 1)
     main = Launch(KernelKey("quantized" + suffix, unit, index_dtype, "fast64", mode), fields,
                   grid, (tx, ty, 1))
-    reason = (f"rows of {nq} {bits}-bit values, {chunks} chunk(s) of {tuning.QUANT_VALUES}, "
-              f"{ty} row(s) per block, {'vector' if vec else 'byte'} loads")
+    loads = f"one {chunk * bits // 8}-byte load per chunk" if v else "byte loads"
+    reason = (f"rows of {nq} {bits}-bit values, {chunks} chunk(s) of {chunk}, {ty} row(s) per "
+              f"block row, {ru} row(s) per thread, {loads}")
     return Plan(main=main, reason=reason, **base)

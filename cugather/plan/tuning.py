@@ -55,14 +55,16 @@ CHUNKS_BLOCKS = 8
 # block size is at least 32, else 16 (one 8-byte load); a chunk never spans
 # two blocks, so a thread reads one scale and one zero point per chunk and
 # row.  Rows per thread at most (all loads of up to QUANT_MAX_RU rows are in
-# flight before any math, as in the rows kernel); __launch_bounds__ minimum
-# resident blocks of the row kernels by mode (the NVRTC tier checks that none
-# spills on sm_75, sm_80 and sm_90).
+# flight before any math, as in the rows kernel).  __launch_bounds__ minimum
+# resident blocks of the row kernels by mode: 2 lets ptxas take the 80
+# registers it wants (3 of Gemma's 216-thread blocks per SM); capped at 80
+# (3) or 64 (4) the 2-byte-output kernels spill 4-16 bytes on sm_90 (the
+# NVRTC tier checks that none spills on sm_75, sm_80 and sm_90).
 QUANT_VALUES = 16
 QUANT_WIDE_VALUES = 32
 QUANT_MAX_RU = 4
-QUANT_BLOCKS = 4
-QUANT_BLOCKS_WRAP_CLIP = 4
+QUANT_BLOCKS = 2
+QUANT_BLOCKS_WRAP_CLIP = 2
 # Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
 CHECK_GRID_MAX = 4096
 

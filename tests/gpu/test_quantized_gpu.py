@@ -191,6 +191,28 @@ def test_many_rows_and_large_grid():
     assert_same(got, quantized_ref(data, idx, scales, zps, block_size=32, mode="wrap"), "large")
 
 
+@pytest.mark.parametrize("bits,values", [(4, 32), (4, 16), (8, 16)])
+@pytest.mark.parametrize("ru", [1, 2, 4])
+@pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
+def test_forced_chunk_widths_and_rows_per_thread(bits, values, ru, mode):
+    """The plan knobs the variants benchmark forces, on a Gemma-width table."""
+    rng = _rng("forced", bits, values, ru, mode)
+    data, scales, zps = _table(rng, (512, 1152 * bits // 4), bits, 32, ru == 2, "float16")
+    idx = _indices(rng, (3001,), 512, "int64", mode)
+    d, i, s = cp.asarray(data), cp.asarray(idx), cp.asarray(scales)
+    z = None if zps is None else cp.asarray(zps)
+    kw = dict(block_size=32, bits=bits)
+    plan = quantized_op.plan_of(d, i, s, z, mode=mode, values_per_thread=values,
+                                rows_per_thread=ru, **kw)
+    assert (plan.fields["values"], plan.fields["row_unroll"]) == (values, ru)
+    fill = CUDA.fill_bytes(0.5, scales.dtype) if mode == "fill" else None
+    bound = bind(plan, d.data.device_id, fill, CUDA, plan.out_dtype)
+    got = execute(bound, d, d.data.ptr, i, None, None, d.data.device_id,
+                  (("scales", s), ("zero_points", z)))
+    assert_same(got.get(), quantized_ref(data, idx, scales, zps, mode=mode, fill_value=0.5, **kw),
+                f"{bits}-bit {values} values x {ru} rows {mode}")
+
+
 # ---------------------------------------------------------------- layouts, out=, streams
 @pytest.mark.parametrize("bits,offset", [(4, 4), (8, 8), (4, 1)])
 def test_misaligned_table_takes_byte_loads(bits, offset):

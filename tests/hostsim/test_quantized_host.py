@@ -363,3 +363,42 @@ def test_bfloat16_needs_no_onnxruntime():
     got, plan = host_quantized(data, idx, scales, zps, block_size=16)
     assert plan.key.kind == "quantized_bf16" and got.dtype == bfloat16()
     _same(got, _ref(data, idx, scales, zps, block_size=16), "bfloat16")
+
+
+# ---------------------------------------------------------------- the vector path's tiles
+TILES = [  # (bytes shape, bits, block, values per thread): rows of one chunk step or several
+    ((7, 64), 4, 32, 32),       # 4 chunks of 32 values a row: 64 threads per row
+    ((7, 64), 4, 16, 16),
+    ((5, 2, 48), 8, 16, 16),    # middle rows: output row r reads data row idx * 2 + r % 2
+    ((3, 4160), 4, 64, 32),     # 260 chunks: more than 256 threads, the chunk loop steps
+    ((4, 1152), 4, 32, 16),     # Gemma's row in 16-value chunks
+]
+
+
+@pytest.mark.parametrize("shape,bits,block,values", TILES, ids=str)
+@pytest.mark.parametrize("ru", [1, 2, 3, 4])
+@pytest.mark.parametrize("mode", MODES)
+def test_rows_per_thread_and_chunk_widths(shape, bits, block, values, ru, mode):
+    """Forced chunk widths and rows per thread, one block (row tiles in a grid-stride
+    loop, the last tile partial), bad rows in every mode."""
+    rng = _rng("tiles", shape, bits, values, ru, mode)
+    data, scales, zps = _table(rng, shape, bits, block, ru % 2 == 0, "float16")
+    idx = _indices(rng, (75,), shape[0], "int32" if ru % 2 else "int64", mode)
+    kw = dict(block_size=block, bits=bits)
+    got, plan = host_quantized(data, idx, scales, zps, mode=mode, fill_value=-1.25,
+                               values_per_thread=values, rows_per_thread=ru, max_grid=1, **kw)
+    f = plan.fields
+    assert (f["vec"], f["values"], f["row_unroll"], plan.grid[0]) == (1, values, ru, 1), \
+        plan.describe()
+    _same(got, _ref(data, idx, scales, zps, mode=mode, fill_value=-1.25, **kw),
+          f"{shape} {bits}-bit {values} values x {ru} rows {mode}")
+
+
+@pytest.mark.parametrize("scale_dtype", SCALE_DTYPES)
+def test_wide_chunks_in_every_output_type(scale_dtype):
+    rng = _rng("wide", scale_dtype)
+    data, scales, zps = _table(rng, (9, 128), 4, 32, True, scale_dtype)
+    idx = _indices(rng, (37,), 9, "int64", "raise")
+    got, plan = host_quantized(data, idx, scales, zps, block_size=32, rows_per_thread=4)
+    assert (plan.fields["values"], plan.fields["row_unroll"]) == (32, 4)
+    _same(got, _ref(data, idx, scales, zps, block_size=32), scale_dtype)

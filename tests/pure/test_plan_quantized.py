@@ -8,7 +8,7 @@ from cugather.ops import quantized as quantized_op
 from cugather.plan.core import DeviceLimits
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.quantized import plan_quantized, quantized_shapes
-from cugather.plan.tuning import MAX_THREADS, QUANT_VALUES
+from cugather.plan.tuning import MAX_THREADS, QUANT_MAX_RU, QUANT_VALUES, QUANT_WIDE_VALUES
 from cugather.runtime.key import Geometry
 from quantized_reference import (ORT_CASES, bfloat16, dequantize, pack, quantized_ref,
                                  ulp_distance, unpack)
@@ -70,8 +70,11 @@ def test_rows_plan_of_an_embedding_table():
     f = p.fields
     assert (f["rows"], f["m1"], f["nq"], f["m2"], f["nb"], f["nzq"], f["row_bytes"]) == (
         65536, 1, 2304, 1, 72, 36, 1152)
-    assert f["chunks"] == 2304 // QUANT_VALUES == 144 and f["vec"] == 1
-    assert p.block == (144, 1, 1) and p.grid == (65536, 1, 1)
+    # 32 values (one 16-byte load) of 4 rows per thread, 72 threads per row, 3 rows
+    # per block row: 12 rows per block.
+    assert f["chunks"] == 2304 // QUANT_WIDE_VALUES == 72 and f["vec"] == 1
+    assert (f["values"], f["row_unroll"]) == (QUANT_WIDE_VALUES, QUANT_MAX_RU) == (32, 4)
+    assert p.block == (72, 3, 1) and p.grid == (-(-65536 // 12), 1, 1)
     assert (f["bits"], f["log2_block"], f["default_zp"]) == (4, 5, 8)
     assert p.out_shape == (65536, 2304) and p.check is None
 
@@ -92,12 +95,56 @@ def test_vector_loads_need_aligned_rows(shape, bits, data_align, out_align, vec)
 
 @pytest.mark.parametrize("nq_bytes,chunks,block", [(1, 1, (1, 256, 1)), (8, 1, (1, 256, 1)),
                                                    (9, 2, (2, 128, 1)), (100, 13, (13, 19, 1)),
-                                                   (4096, 512, (256, 1, 1))])
+                                                   (4096, 256, (256, 1, 1))])
 def test_rows_block_shape(nq_bytes, chunks, block):
     p = _plan((7, nq_bytes), 3)
     assert p.fields["chunks"] == chunks and p.block == block
     assert block[0] * block[1] <= MAX_THREADS
     assert p.grid[0] == -(-3 // block[1])
+
+
+@pytest.mark.parametrize("shape,bits,block,values", [
+    ((9, 64), 4, 32, 32),    # 16-byte loads of 32 values
+    ((9, 64), 4, 16, 16),    # block 16: a chunk of 32 would span two blocks
+    ((9, 40), 4, 32, 16),    # 40 bytes: whole 8-byte loads only
+    ((9, 64), 8, 32, 16),    # 8-bit: one 16-byte load of 16 values
+    ((9, 60), 4, 32, 0),     # byte loads
+])
+def test_values_per_chunk(shape, bits, block, values):
+    f = _plan(shape, bits=bits, block_size=block).fields
+    assert (f["vec"], f["values"]) == (int(values > 0), values or QUANT_VALUES)
+    assert f["chunks"] == -(-(shape[1] * 8 // bits) // f["values"])
+
+
+def test_rows_per_thread_follow_the_waves():
+    lim = DeviceLimits(sm_count=132)
+    big, mid, small = (_plan((262144, 1152), n, limits=lim).fields["row_unroll"]
+                       for n in (65536, 8192, 64))
+    assert (big, mid, small) == (4, 2, 1)
+    few = _plan((262144, 1152), 8192, limits=DeviceLimits(sm_count=16)).fields["row_unroll"]
+    assert few == 4
+    scalar = _plan((9, 60), 65536)  # byte loads: one row per thread
+    assert scalar.fields["row_unroll"] == 1 and scalar.grid[0] == -(-65536 // scalar.block[1])
+
+
+@pytest.mark.parametrize("v,ru", [(16, 1), (16, 2), (32, 1), (32, 4)])
+def test_forced_values_and_rows_per_thread(v, ru):
+    p = _plan((262144, 1152), 65536, values_per_thread=v, rows_per_thread=ru)
+    f = p.fields
+    assert (f["values"], f["row_unroll"], f["chunks"]) == (v, ru, 2304 // v)
+    ty = MAX_THREADS // (2304 // v)
+    assert p.block == (2304 // v, ty, 1) and p.grid[0] == -(-65536 // (ty * ru))
+
+
+def test_forced_knobs_are_checked():
+    with pytest.raises(ValueError, match=r"values_per_thread must be one of \(16,\) with bits=8"):
+        _plan((9, 64), bits=8, values_per_thread=32)
+    with pytest.raises(ValueError, match="values_per_thread=32 needs chunks of one block"):
+        _plan((9, 64), block_size=16, values_per_thread=32)
+    with pytest.raises(ValueError, match="values_per_thread=16 needs"):
+        _plan((9, 60), values_per_thread=16)
+    with pytest.raises(ValueError, match=r"rows_per_thread must be in \[1, 4\], got 5"):
+        _plan((9, 64), rows_per_thread=5)
 
 
 def test_middle_quantize_axis_takes_the_general_kernel():
@@ -278,3 +325,24 @@ def test_bench_table_formats_a_result():
     text = table({"count": "bytes", "cases": [case], "host_us": {"gather_block_quantized wrap": 9.0}})
     assert "q4_gemma_65536" in text and "90%" in text and "NO: cupy_composed" in text
     assert "gather_block_quantized wrap" in text
+
+
+def test_bench_variants_are_plannable_and_formatted():
+    from cugather.bench import quantized as bench
+
+    four, eight = bench.variants(4), bench.variants(8)
+    assert len(four) == 2 * 3 * len(bench.VARIANT_MIN_BLOCKS) and len(eight) == len(four) // 2
+    for bits, cands in ((4, four), (8, eight)):
+        for v, ru, _ in cands:  # every candidate is a plan of the benchmark's table
+            p = _plan((bench.ROWS, bench.VALUES * bits // 8), 65536, bits=bits,
+                      block_size=bench.BLOCK, values_per_thread=v, rows_per_thread=ru)
+            assert (p.fields["values"], p.fields["row_unroll"], p.fields["vec"]) == (v, ru, 1)
+    row = {"default": True, "values": 32, "rows": 4, "min_blocks": "key", "block": [72, 3, 1],
+           "grid": [5462, 1, 1], "registers": 80, "spill_bytes": 0, "checked": True,
+           "ms": 0.12, "gbps": 3300.0, "of_copy": 0.8}
+    bad = dict(row, default=False, checked=False, ms=None, gbps=None, of_copy=None)
+    text = bench.variants_table({"count": "bytes", "cases": [{
+        "name": "q4_gemma_65536", "moved_bytes": 386924544, "copy_gbps": 4125.0,
+        "default_plan": "plan", "variants": [bad, row]}]})
+    assert "80%" in text and "<- default" in text and "MISMATCH" in text
+    assert text.index("<- default") < text.index("MISMATCH")
