@@ -1,13 +1,8 @@
 """Test tiers: pure (always), nvrtc (NVRTC library), hostsim (C++ compiler), gpu."""
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-# tests/tools holds the GPU-suite scripts; the pure tier checks their plans.
-sys.path.insert(0, str(Path(__file__).with_name("tools")))
 
 from cugather.env import no_gpu_reason, nvrtc_problem
 

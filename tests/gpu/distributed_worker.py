@@ -36,7 +36,7 @@ import cupy as cp  # noqa: E402
 
 import cugather  # noqa: E402
 import cugather.distributed as cgd  # noqa: E402
-from reference import random_data  # noqa: E402
+from support.reference import random_data  # noqa: E402
 
 FILLS = {"b": True, "i": -7, "u": 7, "f": 2.5, "c": 1.5 - 2j}
 # (name, rows per rank (cycled over ranks), row shape, dtype)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cugather
-from reference import assert_same
+from support.reference import assert_same
 
 pytestmark = pytest.mark.gpu
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jit_support import run_json
+from support.jit import run_json
 
 pytestmark = pytest.mark.gpu
 

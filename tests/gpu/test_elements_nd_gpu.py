@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import cugather
-from reference import DTYPES, INDEX_DTYPES, MODES, assert_same, random_data
-from reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from support.reference import DTYPES, INDEX_DTYPES, MODES, assert_same, random_data
+from support.reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 pytestmark = pytest.mark.gpu
 

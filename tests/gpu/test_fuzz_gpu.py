@@ -3,7 +3,7 @@ GatherOp, gather_elements, take_along_axis, gather_nd -- with the data and
 index views mirrored from the NumPy recipe of ``fuzzcases.cases``, host or
 device indices of any integer dtype, with and without ``out=``, on the
 current or a side stream.  ``CUGATHER_FUZZ_EXAMPLES`` examples (default 200).
-The checks are tests/fuzzcheck.py's.
+The checks are tests/support/fuzzcheck.py's.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-import fuzzcases
-from fuzzcases import Case, cases
-from fuzzcheck import GPU_EXAMPLES, Outcome, available_ops, check, describe, fuzz_settings, host_indices
+from support import fuzzcases
+from support.fuzzcases import Case, cases
+from support.fuzzcheck import (GPU_EXAMPLES, Outcome, available_ops, check, describe, fuzz_settings,
+                               host_indices)
 
 # ---------------------------------------------------------------- GPU backend
 _KINDS_SEEN: collections.Counter = collections.Counter()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import cugather
-from reference import DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, random_data, random_indices
+from support.reference import (DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, random_data,
+                               random_indices)
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu_support as g
+from support import gpu as g
 
 pytestmark = pytest.mark.gpu
 

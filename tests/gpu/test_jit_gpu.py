@@ -9,7 +9,7 @@ import pytest
 import cugather
 from cugather import jit
 from cugather.compile import compiler as _compiler
-from jit_support import run_fresh
+from support.jit import run_fresh
 
 pytestmark = pytest.mark.gpu
 

@@ -14,9 +14,9 @@ from cugather.ops import quantized as quantized_op
 from cugather.plan.keys import all_kernel_keys
 from cugather.runtime.binding import bind
 from cugather.runtime.launch import CUDA, execute
-from quantized_reference import (MODES, ORT_CASES, ort_reason, ort_run, out_dtype, quantize,
-                                 quantized_ref, resolve, ulp_distance)
-from reference import assert_same
+from support.quantized_reference import (MODES, ORT_CASES, ort_reason, ort_run, out_dtype, quantize,
+                                         quantized_ref, resolve, ulp_distance)
+from support.reference import assert_same
 
 pytestmark = pytest.mark.gpu
 

@@ -15,8 +15,8 @@ import zlib
 import numpy as np
 import pytest
 
-import gpu_support as g
-from reference import assert_same
+from support import gpu as g
+from support.reference import assert_same
 
 pytestmark = pytest.mark.gpu
 
@@ -64,7 +64,7 @@ def assert_gpu_healthy():
 def test_gather_with_extreme_indices_leaves_the_gpu_usable(shape_name, layout, mode, index_dtype):
     cp = g.cp()
     import cugather
-    from reference import gather_ref, random_data
+    from support.reference import gather_ref, random_data
 
     shape, dtype = SHAPES[shape_name]
     rng = np.random.default_rng(zlib.crc32(repr((shape_name, layout, mode, index_dtype)).encode()))

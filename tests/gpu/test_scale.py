@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu_support as g
+from support import gpu as g
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ side by side; outside raise mode a call never synchronises: gathers are
 captured into a CUDA graph and replayed after new index values are written
 into the same buffer; raise mode inside a capture is a clear RuntimeError.
 
-A busy kernel (``gpu_support.spin``) holds a stream for a known time: work
+A busy kernel (``support.gpu.spin``) holds a stream for a known time: work
 queued behind it on the right stream sees what the stream did first, work
 wrongly sent elsewhere would run at once and see stale data.
 """
@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 
-import gpu_support as g
-from reference import assert_same
+from support import gpu as g
+from support.reference import assert_same
 
 pytestmark = pytest.mark.gpu
 

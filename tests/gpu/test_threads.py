@@ -14,8 +14,8 @@ import zlib
 import numpy as np
 import pytest
 
-import gpu_support as g
-from reference import assert_same
+from support import gpu as g
+from support.reference import assert_same
 
 pytestmark = pytest.mark.gpu
 

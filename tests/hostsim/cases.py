@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from reference import assert_same, gather_ref, random_data, random_indices
+from support.reference import assert_same, gather_ref, random_data, random_indices
 
 from . import runner
 

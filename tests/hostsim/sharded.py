@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from cugather.distributed.peer import PeerGather
-from reference import assert_same, gather_ref, random_data
+from support.reference import assert_same, gather_ref, random_data
 
 from . import runner
 

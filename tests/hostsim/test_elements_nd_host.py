@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cugather.plan.keys import all_kernel_keys
-from reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from support.reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 runner = pytest.importorskip("hostsim.runner", reason="tests/hostsim is not available")
 build = pytest.importorskip("hostsim.build")

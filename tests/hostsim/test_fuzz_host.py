@@ -3,7 +3,7 @@ kernels compiled by the C++ compiler and run by the library's own runtime
 with the host backend (tests/hostsim/runner.py), with UBSan.
 ``CUGATHER_HOSTSIM_FUZZ_EXAMPLES`` examples (default 100) keep CI within its
 time budget; CI replays the same examples each run unless
-``CUGATHER_FUZZ_RANDOM=1``.  The checks are tests/fuzzcheck.py's.
+``CUGATHER_FUZZ_RANDOM=1``.  The checks are tests/support/fuzzcheck.py's.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-import fuzzcases
-from fuzzcases import Case, cases
-from fuzzcheck import (HOST_DERANDOMIZE, HOST_EXAMPLES, Outcome, check, describe,
-                       fuzz_settings, host_indices)
-from reference import assert_same
+from support import fuzzcases
+from support.fuzzcases import Case, cases
+from support.fuzzcheck import (HOST_DERANDOMIZE, HOST_EXAMPLES, Outcome, check, describe,
+                               fuzz_settings, host_indices)
+from support.reference import assert_same
 
 from . import build, runner
 

@@ -19,7 +19,7 @@ from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.layout import ARGS_DTYPES, new_args
 from hostsim import build, keycases, runner
 from hostsim.cases import Case, random_cases
-from reference import assert_same, random_data
+from support.reference import assert_same, random_data
 
 pytestmark = [
     pytest.mark.hostsim,

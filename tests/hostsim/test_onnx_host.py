@@ -2,8 +2,8 @@
 
 import pytest
 
-from onnx_cases import GATHER_CASES, case, onnx_gather_cases  # noqa: F401 (a fixture)
-from reference import assert_same
+from support.onnx_cases import GATHER_CASES, case, onnx_gather_cases  # noqa: F401 (a fixture)
+from support.reference import assert_same
 
 from . import build, runner
 

@@ -17,8 +17,8 @@ from cugather.ops import quantized as quantized_op
 from cugather.plan.keys import all_kernel_keys
 from cugather.runtime.binding import bind
 from cugather.runtime.launch import execute
-from quantized_reference import (MODES, ORT_CASES, bfloat16, ort_reason, ort_run, out_dtype,
-                                 quantize, quantized_ref, resolve, ulp_distance)
+from support.quantized_reference import (MODES, ORT_CASES, bfloat16, ort_reason, ort_run, out_dtype,
+                                         quantize, quantized_ref, resolve, ulp_distance)
 
 runner = pytest.importorskip("hostsim.runner", reason="tests/hostsim is not available")
 build = pytest.importorskip("hostsim.build")

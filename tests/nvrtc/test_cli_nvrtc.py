@@ -10,7 +10,7 @@ import pytest
 import cugather
 from cugather import jit
 from cugather.plan.fastdiv import make_divisor
-from jit_support import CHECK, ROWS, no_disassembler, run, run_json
+from support.jit import CHECK, ROWS, no_disassembler, run, run_json
 
 pytestmark = pytest.mark.nvrtc
 

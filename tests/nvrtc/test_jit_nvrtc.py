@@ -16,7 +16,7 @@ from cugather import jit
 from cugather.compile import compiler as _compiler, render as _codegen
 from cugather.inspect import disasm as _disasm
 from cugather.plan.keys import all_kernel_keys, kinds
-from jit_support import CHECK, ROWS, SCALAR, compiles, run_fresh
+from support.jit import CHECK, ROWS, SCALAR, compiles, run_fresh
 
 pytestmark = pytest.mark.nvrtc
 

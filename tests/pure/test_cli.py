@@ -7,7 +7,7 @@ import cugather
 from cugather.cli import format as _format, inspect as _inspect
 from cugather.cli.main import main
 from cugather.env import probe
-from jit_support import run, run_json
+from support.jit import run, run_json
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ import pytest
 
 from cugather import env as _env
 from cugather.env import Environment, probe
-from jit_support import ROWS, run
+from support.jit import ROWS, run
 
 HERE = probe()
 HAVE_NVRTC = HERE.nvrtc_problem is None

@@ -1,7 +1,7 @@
 """The NCCL transport's logic on 1-16 ranks, through an in-process fake communicator.
 
 ``exchange_gather`` -- the function the GPU path runs -- runs here with NumPy
-arrays (``NumpyBackend``) and ``tests/distributed_fake.py``'s communicator,
+arrays (``NumpyBackend``) and ``tests/support/distributed_fake.py``'s communicator,
 one thread per rank: bucketing by owner, the count all-gather, the row-id
 and row exchanges (checked pair by pair against NCCL's matching rules),
 rounds, and the write-back into the caller's order.  Every result is
@@ -15,8 +15,8 @@ import pytest
 from cugather.distributed.exchange import (ROUNDS, NumpyBackend, ShardedIndexError,
                                            exchange_gather, report_failure)
 from cugather.distributed.plan import row_offsets
-from distributed_fake import DeferredBackend, FakeWorld, ProtocolError, run_ranks
-from reference import assert_same, gather_ref, random_data
+from support.distributed_fake import DeferredBackend, FakeWorld, ProtocolError, run_ranks
+from support.reference import assert_same, gather_ref, random_data
 
 KERNEL_MODES = ["raise", "wrap", "clip", "clip_numpy", "fill"]
 

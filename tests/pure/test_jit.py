@@ -11,7 +11,7 @@ from cugather import jit
 from cugather.compile import compiler as _compiler
 from cugather.inspect import api as _api
 from cugather.inspect import disasm as _disasm, disk as _disk
-from jit_support import ROWS, compiles, no_disassembler
+from support.jit import ROWS, compiles, no_disassembler
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from cugather.plan.elements import along_axis_shape, elements_shape, plan_elemen
 from cugather.plan.fastdiv import fast_div
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.nd import nd_shape, plan_nd
-from reference_elements_nd import elements_ref, nd_ref
+from support.reference_elements_nd import elements_ref, nd_ref
 
 AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 

@@ -10,7 +10,7 @@ import cugather
 from cugather.plan.fastdiv import fast_div
 from cugather.plan.core import DeviceLimits, Operand, merge_dims, unit_for
 from cugather.plan.gather import plan_gather
-from reference import gather_ref, random_data, random_indices
+from support.reference import gather_ref, random_data, random_indices
 
 
 def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):

@@ -10,8 +10,8 @@ from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.quantized import plan_quantized, quantized_shapes
 from cugather.plan.tuning import MAX_THREADS, QUANT_MAX_RU, QUANT_VALUES, QUANT_WIDE_VALUES
 from cugather.runtime.key import Geometry
-from quantized_reference import (ORT_CASES, bfloat16, dequantize, pack, quantized_ref,
-                                 ulp_distance, unpack)
+from support.quantized_reference import (ORT_CASES, bfloat16, dequantize, pack, quantized_ref,
+                                         ulp_distance, unpack)
 
 
 # ---------------------------------------------------------------- shapes

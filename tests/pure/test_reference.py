@@ -1,9 +1,9 @@
-"""The NumPy references of tests/reference_elements_nd.py against the ONNX node test cases."""
+"""The NumPy references of tests/support/reference_elements_nd.py against the ONNX node test cases."""
 
 import numpy as np
 import pytest
 
-from reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
+from support.reference_elements_nd import ELEMENTS_CASES, ND_CASES, elements_ref, nd_ref, onnx_cases
 
 
 @pytest.mark.parametrize("name", ELEMENTS_CASES + ND_CASES)

@@ -19,7 +19,7 @@ from cugather.compile import compiler, diskcache
 from cugather.compile.nvrtc import CacheEntryError, CacheWarning, CompiledKernel
 from cugather.compile.render import render
 from cugather.inspect.disk import disk_kernels
-from jit_support import ROWS, run
+from support.jit import ROWS, run
 
 BINARY = b"\x7fELF genuine"
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

@@ -5,7 +5,7 @@ import pytest
 
 from cugather import jit
 from cugather.inspect import api as _api
-from jit_support import compiles
+from support.jit import compiles
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 torch.compile(fullgraph=True), opcheck, gradients.
 
 The CPU implementation is built from torch's own operators; every result is
-compared with NumPy (tests/reference.py, tests/fuzzcases.py) and gradients
+compared with NumPy (tests/support/reference.py, tests/support/fuzzcases.py) and gradients
 with finite differences (gradcheck) and with torch.index_select's /
 torch.gather's own backward.  Skips where torch is not installed (CI installs
 a pinned CPU build in one job).
@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
                                             "gives a CPU build; CI's torch job does)")
 
 import cugather.torch as ct  # noqa: E402  (registers torch.ops.cugather)
-import fuzzcases  # noqa: E402
-from reference import gather_ref  # noqa: E402
+from support import fuzzcases  # noqa: E402
+from support.reference import gather_ref  # noqa: E402
 
 OPS = ("gather", "take", "gather_elements", "gather_nd")
 MODES = ("raise", "wrap", "clip", "fill")

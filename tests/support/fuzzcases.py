@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 from hypothesis import strategies as st
 
-from reference import DTYPES, gather_ref, random_data
+from .reference import DTYPES, gather_ref, random_data
 
 #: Index dtypes used as they are, and some the library converts first.
 INDEX_DTYPES = ["int32", "int64"]

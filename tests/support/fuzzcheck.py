@@ -18,9 +18,9 @@ import re
 import numpy as np
 from hypothesis import HealthCheck, Phase, event, settings
 
-import fuzzcases
-from fuzzcases import Case
-from reference import assert_same
+from . import fuzzcases
+from .fuzzcases import Case
+from .reference import assert_same
 
 GPU_EXAMPLES = int(os.environ.get("CUGATHER_FUZZ_EXAMPLES", "200"))
 HOST_EXAMPLES = int(os.environ.get("CUGATHER_HOSTSIM_FUZZ_EXAMPLES", "100"))

@@ -105,7 +105,7 @@ def available(name: str) -> bool:
 def host_arrays(rng, dtype="float32", index_dtype="int64", rows=64, cols=33, n=300,
                 out_of_range=False) -> dict:
     """Inputs of every operation: data (rows, cols) gathered on axis 1, and so on."""
-    from reference import random_data
+    from .reference import random_data
 
     def idx(shape, bound):
         lo, hi = (-3 * bound, 3 * bound) if out_of_range else (-bound, bound)
@@ -177,8 +177,8 @@ class _Current:
 
 def reference(name: str, mode: str, host: dict):
     """NumPy result of :func:`call` on ``host``, or IndexError."""
-    import fuzzcases
-    from reference import gather_ref
+    from . import fuzzcases
+    from .reference import gather_ref
 
     data, idx = inputs(name, host)
     i = idx.astype(np.int64)

@@ -48,7 +48,7 @@ from typing import Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 ROOT = os.path.dirname(TESTS)
-for _path in (TESTS, ROOT):  # reference.py and fuzzcases.py; this checkout's cugather
+for _path in (TESTS, ROOT):  # the support package; this checkout's cugather
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
@@ -136,7 +136,7 @@ def _ptr(arr) -> int:
 
 def make_data(rng, geo: Geometry, dtype: str, xp=None):
     """(NumPy array, device array) with the same values and the same layout."""
-    from reference import random_data
+    from support.reference import random_data
 
     cp = xp or _cp()
     shape = geo.shape
@@ -177,8 +177,8 @@ def make_indices(rng, shape, bounds, index_dtype: str, out_of_range: bool, nd: b
 
 # ---------------------------------------------------------------- references
 def expected(kind: str, mode: str, data, idx, geo: Geometry, fill):
-    import fuzzcases
-    from reference import gather_ref
+    from support import fuzzcases
+    from support.reference import gather_ref
 
     try:
         if kind.startswith("quantized"):
@@ -310,7 +310,7 @@ class QuantizedRunner(Runner):
     @staticmethod
     def operands(kind, data):
         """(table, scales, zero_points, bits), NumPy or on the device as ``data`` is."""
-        from quantized_reference import out_dtype, quantized_shapes_of
+        from support.quantized_reference import out_dtype, quantized_shapes_of
 
         bits = 4 if data.itemsize == 2 else 8
         table = data.view(np.uint8)
@@ -325,7 +325,7 @@ class QuantizedRunner(Runner):
 
     @staticmethod
     def expected(kind, mode, data, idx, fill):
-        from quantized_reference import quantized_ref
+        from support.quantized_reference import quantized_ref
 
         table, scales, zps, bits = QuantizedRunner.operands(kind, data)
         ref = quantized_ref(table, idx, scales, zps, block_size=QuantizedRunner.BLOCK,
@@ -434,7 +434,7 @@ def run_key(key, rng, tally: Tally, failures: list, max_cases: int,
 
 def run_case(key, geo, host, dev, idx, fill, out_of_range, tally, failures) -> None:
     cp = _cp()
-    from reference import assert_same
+    from support.reference import assert_same
 
     want = expected(key.kind, key.mode, host, idx, geo, fill)
     shape = want.shape if want is not IndexError else _out_shape(key.kind, host, idx, geo)
