@@ -84,7 +84,11 @@ def _elements_nd_blocks(key: "KernelKey") -> int:
 
 
 def _quant_blocks(key: "KernelKey") -> int:
-    return tuning.QUANT_BLOCKS_WRAP_CLIP if key.mode in ("wrap", "clip") else tuning.QUANT_BLOCKS
+    # 2-byte outputs (float16, bfloat16) in wrap and clip mode hold 64 registers
+    # without spilling; raise and fill mode, and 4-byte outputs, need more.
+    if key.mode in ("wrap", "clip") and key.unit == 2:
+        return tuning.QUANT_BLOCKS_WRAP_CLIP
+    return tuning.QUANT_BLOCKS
 
 
 #: kind -> spec, the built-in kinds and then those registered.  Bounds checks

@@ -103,9 +103,9 @@ def _values(bits: int, block_size: int, row_bytes: int, data_align: int, out_ali
     """Values per chunk of the rows kernel with one load per chunk, or 0 (byte loads).
 
     A chunk is one aligned load of its packed bytes (8 or 16 bytes), lies in
-    one block and its output is a multiple of 16 bytes: 32 4-bit values where
-    the block size allows, else 16."""
-    widths = ((tuning.QUANT_WIDE_VALUES, tuning.QUANT_VALUES) if bits == 4
+    one block and its output is a multiple of 16 bytes: 16 values (32 4-bit
+    values only when forced; see plan/tuning.py for what each measured)."""
+    widths = ((tuning.QUANT_VALUES, tuning.QUANT_WIDE_VALUES) if bits == 4
               else (tuning.QUANT_VALUES,))
     if forced is not None:
         if forced not in widths:

@@ -50,21 +50,24 @@ ROWS_BLOCKS_U8 = 5
 ROWS_BLOCKS_NARROW = 8
 CHUNKS_BLOCKS = 8
 # quantized (GatherBlockQuantized): values per thread per chunk of a row.
-# QUANT_VALUES (16) is the chunk of byte loads and of 8-bit rows (one 16-byte
-# load); 4-bit rows take QUANT_WIDE_VALUES (32: one 16-byte load) where the
-# block size is at least 32, else 16 (one 8-byte load); a chunk never spans
+# A chunk is QUANT_VALUES (16) values: one 8-byte load of 4-bit values, one
+# 16-byte load of 8-bit ones; QUANT_WIDE_VALUES (32 4-bit values, one 16-byte
+# load) is a variant the planner takes only when forced.  A chunk never spans
 # two blocks, so a thread reads one scale and one zero point per chunk and
-# row.  Rows per thread at most (all loads of up to QUANT_MAX_RU rows are in
-# flight before any math, as in the rows kernel).  __launch_bounds__ minimum
-# resident blocks of the row kernels by mode: 2 lets ptxas take the 80
-# registers it wants (3 of Gemma's 216-thread blocks per SM); capped at 80
-# (3) or 64 (4) the 2-byte-output kernels spill 4-16 bytes on sm_90 (the
-# NVRTC tier checks that none spills on sm_75, sm_80 and sm_90).
+# row.  Rows per thread at most: QUANT_MAX_RU (all loads of up to that many
+# rows are in flight before any math, as in the rows kernel).  __launch_bounds__
+# minimum resident blocks of the row kernels: QUANT_BLOCKS_WRAP_CLIP for 2-byte
+# outputs in wrap and clip mode, QUANT_BLOCKS otherwise (4 spills there on
+# sm_90 or sm_75; the NVRTC tier checks that none spills).  Measured on an
+# H200 (bench --quantized --variants, 262144 x 2304 4-bit table, block 32,
+# 65536 indices, float16 out, wrap): 16 values x 4 rows at min 4 blocks
+# 3.12 TB/s (75% of copy); at min 3 2.59; 32 values x 4 rows 1.92; 16 values
+# x 2 rows 2.64; the 8-bit table at 16 x 4, min 4: 3.35 TB/s (80%).
 QUANT_VALUES = 16
 QUANT_WIDE_VALUES = 32
 QUANT_MAX_RU = 4
-QUANT_BLOCKS = 2
-QUANT_BLOCKS_WRAP_CLIP = 2
+QUANT_BLOCKS = 3
+QUANT_BLOCKS_WRAP_CLIP = 4
 # Blocks of a bounds-check kernel at most (a grid-stride loop does the rest).
 CHECK_GRID_MAX = 4096
 

@@ -399,6 +399,7 @@ def test_wide_chunks_in_every_output_type(scale_dtype):
     rng = _rng("wide", scale_dtype)
     data, scales, zps = _table(rng, (9, 128), 4, 32, True, scale_dtype)
     idx = _indices(rng, (37,), 9, "int64", "raise")
-    got, plan = host_quantized(data, idx, scales, zps, block_size=32, rows_per_thread=4)
+    got, plan = host_quantized(data, idx, scales, zps, block_size=32, values_per_thread=32,
+                               rows_per_thread=4)
     assert (plan.fields["values"], plan.fields["row_unroll"]) == (32, 4)
     _same(got, _ref(data, idx, scales, zps, block_size=32), scale_dtype)

@@ -70,11 +70,11 @@ def test_rows_plan_of_an_embedding_table():
     f = p.fields
     assert (f["rows"], f["m1"], f["nq"], f["m2"], f["nb"], f["nzq"], f["row_bytes"]) == (
         65536, 1, 2304, 1, 72, 36, 1152)
-    # 32 values (one 16-byte load) of 4 rows per thread, 72 threads per row, 3 rows
-    # per block row: 12 rows per block.
-    assert f["chunks"] == 2304 // QUANT_WIDE_VALUES == 72 and f["vec"] == 1
-    assert (f["values"], f["row_unroll"]) == (QUANT_WIDE_VALUES, QUANT_MAX_RU) == (32, 4)
-    assert p.block == (72, 3, 1) and p.grid == (-(-65536 // 12), 1, 1)
+    # 16 values (one 8-byte load) of 4 rows per thread, 144 threads per row, one
+    # row per block row: 4 rows per block.
+    assert f["chunks"] == 2304 // QUANT_VALUES == 144 and f["vec"] == 1
+    assert (f["values"], f["row_unroll"]) == (QUANT_VALUES, QUANT_MAX_RU) == (16, 4)
+    assert p.block == (144, 1, 1) and p.grid == (65536 // 4, 1, 1)
     assert (f["bits"], f["log2_block"], f["default_zp"]) == (4, 5, 8)
     assert p.out_shape == (65536, 2304) and p.check is None
 
@@ -95,7 +95,7 @@ def test_vector_loads_need_aligned_rows(shape, bits, data_align, out_align, vec)
 
 @pytest.mark.parametrize("nq_bytes,chunks,block", [(1, 1, (1, 256, 1)), (8, 1, (1, 256, 1)),
                                                    (9, 2, (2, 128, 1)), (100, 13, (13, 19, 1)),
-                                                   (4096, 256, (256, 1, 1))])
+                                                   (4096, 512, (256, 1, 1))])
 def test_rows_block_shape(nq_bytes, chunks, block):
     p = _plan((7, nq_bytes), 3)
     assert p.fields["chunks"] == chunks and p.block == block
@@ -104,7 +104,7 @@ def test_rows_block_shape(nq_bytes, chunks, block):
 
 
 @pytest.mark.parametrize("shape,bits,block,values", [
-    ((9, 64), 4, 32, 32),    # 16-byte loads of 32 values
+    ((9, 64), 4, 32, 16),    # 8-byte loads of 16 values (32 only when forced)
     ((9, 64), 4, 16, 16),    # block 16: a chunk of 32 would span two blocks
     ((9, 40), 4, 32, 16),    # 40 bytes: whole 8-byte loads only
     ((9, 64), 8, 32, 16),    # 8-bit: one 16-byte load of 16 values
@@ -120,7 +120,7 @@ def test_rows_per_thread_follow_the_waves():
     lim = DeviceLimits(sm_count=132)
     big, mid, small = (_plan((262144, 1152), n, limits=lim).fields["row_unroll"]
                        for n in (65536, 8192, 64))
-    assert (big, mid, small) == (4, 2, 1)
+    assert (big, mid, small) == (4, 4, 1)
     few = _plan((262144, 1152), 8192, limits=DeviceLimits(sm_count=16)).fields["row_unroll"]
     assert few == 4
     scalar = _plan((9, 60), 65536)  # byte loads: one row per thread
