@@ -21,7 +21,7 @@ from ..plan.core import DeviceLimits, Operand, Plan
 from ..plan.quantized import OUT_DTYPES, plan_quantized, quantized_shapes
 from ..runtime.cache import PlanCacheInfo
 from ..runtime.key import Geometry, call_key, fill_token, geometry_of_key, out_bits
-from ..runtime.launch import CUDA
+from ..runtime.launch import CUDA, execute
 from ..runtime.op import OpRuntime
 from ..validate import Array
 
@@ -145,6 +145,25 @@ def run(data: Array, indices: Array, scales: Array, zero_points: Optional[Array]
                         (("scales", scales), ("zero_points", zero_points)))
 
 
+def _cached(data: Array, indices: Array, scales: Array, zero_points: Optional[Array],
+            gather_axis: int, quantize_axis: int, block_size: int, bits: int,
+            out: Optional[Array], mode: str, fill_value: int) -> Optional[Array]:
+    """The cached path (see GatherOp.__call__) for CuPy arrays with contiguous scales
+    and zero points: the result, or None when the call's key has no plan yet."""
+    mem = data.data
+    device = mem.device_id
+    if (indices.data.device_id != device or scales.data.device_id != device
+            or (zero_points is not None and zero_points.data.device_id != device)):
+        return None
+    bound = _RUNTIME.cached(_key(CUDA, device, data, indices, scales, zero_points, out,
+                                 gather_axis, quantize_axis, block_size, bits, mode,
+                                 fill_value if mode == "fill" else None))
+    if bound is None or bound.copy_data:
+        return None
+    return execute(bound, data, mem.ptr, indices, out, None, device,
+                   (("scales", scales), ("zero_points", zero_points)))
+
+
 def gather_block_quantized(data: Any, indices: Any, scales: Any, zero_points: Any = None, *,
                            gather_axis: int = 0, quantize_axis: int = -1,
                            block_size: int = 128, bits: int = 4, out: Optional[Array] = None,
@@ -225,6 +244,18 @@ def gather_block_quantized(data: Any, indices: Any, scales: Any, zero_points: An
         of at least 16, axes breaking the rules above, and shapes of scales
         or zero points that do not match the table.
     """
+    cp = validate.cupy_module()
+    nd = cp.ndarray
+    if (stream is None and type(data) is nd and type(indices) is nd and type(scales) is nd
+            and scales._c_contiguous and (zero_points is None or (
+                type(zero_points) is nd and zero_points._c_contiguous))
+            and type(gather_axis) is int and type(quantize_axis) is int
+            and type(block_size) is int and type(bits) is int and type(mode) is str
+            and (mode != "fill" or type(fill_value) is int)):
+        result = _cached(data, indices, scales, zero_points, gather_axis, quantize_axis,
+                         block_size, bits, out, mode, fill_value)
+        if result is not None:
+            return result
     validate.check_mode(mode, validate.GATHER_MODES)
     if stream is not None:  # conversions and copies run on it too
         with validate.current_stream(stream):
@@ -234,7 +265,6 @@ def gather_block_quantized(data: Any, indices: Any, scales: Any, zero_points: An
                 mode=mode, fill_value=fill_value)
     g, q = _int(gather_axis, "gather_axis"), _int(quantize_axis, "quantize_axis")
     block, nbits = _int(block_size, "block_size"), _int(bits, "bits")
-    cp = validate.cupy_module()
     if type(data) is not cp.ndarray:
         data = validate.as_data(data)
     scales = validate.as_data(scales, "scales")

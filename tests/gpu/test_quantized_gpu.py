@@ -322,3 +322,24 @@ def test_repeated_calls_hit_the_plan_cache():
     info = quantized_op.cache_info()
     assert (info.misses, info.hits) == (1, 3)
     assert_same(again.get(), first.get(), "cached call")
+
+
+def test_the_cached_path_takes_only_what_it_cached():
+    """A repeated call is a key comparison and a launch; scales or zero points laid
+    out otherwise (not contiguous) must not take the cached plan of contiguous ones."""
+    rng = _rng("cached")
+    data, scales, zps = _table(rng, (64, 32), 4, 16, True, "float16")
+    idx = _indices(rng, (40,), 64, "int64", "wrap")
+    d, s, z, i = _dev(data), _dev(scales), cp.asarray(zps), cp.asarray(idx)
+    want = quantized_ref(data, idx, scales, zps, block_size=16, bits=4, mode="wrap")
+    before = quantized_op.cache_info().hits
+    for _ in range(3):
+        got = cugather.gather_block_quantized(d, i, s, z, block_size=16, mode="wrap")
+        assert_same(got.get(), want, "cached call")
+    assert quantized_op.cache_info().hits >= before + 2
+    wide = cp.zeros((scales.shape[0], 2 * scales.shape[1]), s.dtype)
+    wide[:, ::2] = s
+    strided = wide[:, ::2]  # the same values, every other element
+    assert not strided.flags.c_contiguous
+    got = cugather.gather_block_quantized(d, i, strided, z, block_size=16, mode="wrap")
+    assert_same(got.get(), want, "strided scales")
