@@ -190,6 +190,8 @@ def _device(index: int) -> Any:
 
 
 def _cached_call(bound: Any, backend: TorchBackend) -> Any:
+    # runtime.launch._cupy_call with torch's allocator and stream: each closure
+    # binds its library's calls directly, the cost of a call being the point.
     from ..runtime.launch import CAPTURE_ERROR, NO_BAD, bad_index, ready_contexts
 
     pack, buf, lock, launch, handle, config, params = bound.main.parts()

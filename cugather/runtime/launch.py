@@ -39,6 +39,7 @@ NO_BAD = (1 << 64) - 1
 CAPTURE_ERROR = ("mode='raise' reads the bounds check back to the host, which CUDA graph "
                  "capture forbids; use mode='wrap', 'clip' or 'fill' inside a capture")
 
+
 class _Ready(threading.local):
     """Devices whose primary context this thread has made current (per thread)."""
 
