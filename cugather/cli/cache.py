@@ -1,10 +1,10 @@
 """``cugather cache list | show NAME | clear [--stale]``: cugather's kernel files.
 
 Everything here works without a GPU and without NVRTC; without NVRTC an intact
-file's state (current or stale) is unknown, and every action that finds
-kernel files ends with the paragraph that says what is missing and how to
-install it.  A hostile or damaged file is listed as ``damaged``; nothing a
-file holds makes a command fail.
+file's state (current or stale) is unknown, and every action ends with the
+paragraph that says what is missing and how to install it.  A hostile or
+damaged file is listed as ``damaged``; nothing a file holds makes a command
+fail.
 """
 
 from __future__ import annotations
@@ -46,13 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the action; exit status 0, 1 (a listing or --stale fell short) or 2 (bad NAME)."""
     if args.action == "clear":
-        code, found = _clear(args)
+        code = _clear(args)
     else:
         entries = jit.disk_kernels()
         code = (_show if args.action == "show" else _list)(args, entries)
-        found = bool(entries)
     problem = probe().nvrtc_problem
-    if problem and found and not args.json:  # files whose state only NVRTC could tell
+    if problem and not args.json:  # every command says what is missing and how to install it
         print(f"\n{problem}")
     return code
 
@@ -112,7 +111,7 @@ def _show(args: argparse.Namespace, entries: List[jit.DiskEntry]) -> int:
     return print_listing(text, err, args.listing, e.info)
 
 
-def _clear(args: argparse.Namespace) -> Tuple[int, bool]:
+def _clear(args: argparse.Namespace) -> int:
     """(exit status, whether there were kernel files)."""
     folder = jit.cache_info().cache_dir
     if args.stale:
@@ -130,7 +129,7 @@ def _clear(args: argparse.Namespace) -> Tuple[int, bool]:
         if unknown:
             print(f"\nkept {len(unknown)} intact file(s) whose state is unknown: without NVRTC "
                   f"current and stale files cannot be told apart.")
-    return (1 if unknown else 0), bool(removed or unknown)
+    return 1 if unknown else 0
 
 
 def _entry_dict(e: jit.DiskEntry) -> Dict[str, Any]:
