@@ -84,9 +84,10 @@ def _elements_nd_blocks(key: "KernelKey") -> int:
 
 
 def _quant_blocks(key: "KernelKey") -> int:
-    # 2-byte outputs (float16, bfloat16) in wrap and clip mode hold 64 registers
-    # without spilling; raise and fill mode, and 4-byte outputs, need more.
-    if key.mode in ("wrap", "clip") and key.unit == 2:
+    # 2-byte outputs (float16, bfloat16) with int64 indices in wrap and clip mode
+    # hold 64 registers without spilling; raise and fill mode, 4-byte outputs and
+    # int32 indices need more (NVRTC 12.2 spills the int32 wrap kernel at 64).
+    if key.mode in ("wrap", "clip") and key.unit == 2 and key.index_dtype == "int64":
         return tuning.QUANT_BLOCKS_WRAP_CLIP
     return tuning.QUANT_BLOCKS
 

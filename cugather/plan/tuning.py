@@ -57,8 +57,9 @@ CHUNKS_BLOCKS = 8
 # row.  Rows per thread at most: QUANT_MAX_RU (all loads of up to that many
 # rows are in flight before any math, as in the rows kernel).  __launch_bounds__
 # minimum resident blocks of the row kernels: QUANT_BLOCKS_WRAP_CLIP for 2-byte
-# outputs in wrap and clip mode, QUANT_BLOCKS otherwise (4 spills there on
-# sm_90 or sm_75; the NVRTC tier checks that none spills).  Measured on an
+# outputs with int64 indices in wrap and clip mode, QUANT_BLOCKS otherwise (4
+# spills there on sm_90 or sm_75 with some NVRTC from 12.2 on; the NVRTC tier
+# checks that none spills).  Measured on an
 # H200 (bench --quantized --variants, 262144 x 2304 4-bit table, block 32,
 # 65536 indices, float16 out, wrap): 16 values x 4 rows at min 4 blocks
 # 3.12 TB/s (75% of copy); at min 3 2.59; 32 values x 4 rows 1.92; 16 values
