@@ -32,12 +32,9 @@ eager-only.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-import struct
+import math
 from typing import Any, Optional, Tuple
 
-import numpy as np
 import torch
 from torch.library import Library
 
@@ -53,40 +50,15 @@ from . import reference
 __all__ = ["gather", "take", "gather_elements", "gather_nd", "LIBRARY"]
 
 # ---------------------------------------------------------------- eager, on CUDA
-_ops: "OrderedDict[Tuple[Any, ...], Any]" = OrderedDict()  # GatherOp per (take?, axis, mode, fill)
-_ops_lock = threading.Lock()
 _view, _prepare_indices, _prepare_out, _BACKEND = (
     _fe.view_of, _fe.FRONTEND.prepare_indices, _fe.FRONTEND.prepare_out, _fe.BACKEND)
 
 
-def _fill_key(fill_value: Any) -> Any:
-    """A hashable stand-in for ``fill_value`` made of its bytes (``-0.0`` is not ``0.0``)."""
-    t = type(fill_value)
-    if t is int or t is bool:
-        return (t, fill_value)
-    if t is float:
-        return (t, struct.pack("<d", fill_value))
-    if t is complex:
-        return (t, struct.pack("<dd", fill_value.real, fill_value.imag))
-    value = np.asarray(fill_value)
-    return (t, value.dtype.str, value.shape, value.tobytes())
-
-
 def _op(take: bool, axis: int, mode: str, fill_value: Any) -> Any:
-    try:
-        key = (take, type(axis), axis, mode, _fill_key(fill_value))
-        op = _ops.get(key)
-    except TypeError:  # unhashable axis or an odd fill value: the op's checks report it
-        return (_gather.take_op(axis, mode) if take
-                else _gather.GatherOp(axis, mode=mode, fill_value=fill_value))
-    if op is None:
-        op = (_gather.take_op(axis, mode) if take
-              else _gather.GatherOp(axis, mode=mode, fill_value=fill_value))
-        with _ops_lock:
-            _ops[key] = op
-            while len(_ops) > 64:
-                _ops.popitem(last=False)
-    return op
+    """The op cugather.gather / take share for these settings (ops.gather's registry)."""
+    if take:
+        return _gather._shared_op(_gather._TakeOp, axis, mode, 0)
+    return _gather._shared_op(_gather.GatherOp, axis, mode, fill_value)
 
 
 def _gather_cuda(data: Any, indices: Any, axis: int, mode: str, fill_value: Any,
@@ -329,19 +301,12 @@ def _take_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
     indices, = ctx.saved_tensors
     shape, axis, mode = ctx.data_shape, ctx.axis, _take_mode(ctx.mode)
     if axis is None:
-        flat = reference.gather_backward(grad, indices, (_numel(shape),), 0, mode)
+        flat = reference.gather_backward(grad, indices, (math.prod(shape),), 0, mode)
         return flat.reshape(shape), None, None, None
     if not shape:
         return reference.gather_backward(grad, indices, (1,), axis, mode).reshape(()), \
             None, None, None
     return reference.gather_backward(grad, indices, shape, axis, mode), None, None, None
-
-
-def _numel(shape: Tuple[int, ...]) -> int:
-    n = 1
-    for k in shape:
-        n *= k
-    return n
 
 
 def _elements_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
