@@ -97,12 +97,14 @@ def _host_part(torch: Any, batches: int, calls: int) -> Dict[str, Any]:
     if isinstance(public, Exception):
         checks["cugather.gather error"] = f"{type(public).__name__}: {public}"
     gather_op = torch.ops.cugather.gather
+    dev = torch.device("cuda", table.get_device())
     contenders = {
         "torch.index_select": lambda: torch.index_select(table, 0, ids),
         "cugather.gather": lambda: cugather.gather(table, ids, mode="wrap"),
         "cugather.torch.gather": lambda: ct.gather(table, ids, mode="wrap"),
         "torch.ops.cugather.gather": lambda: gather_op(table, ids, 0, "wrap", 0),
-        "part: torch.empty of the output": lambda: torch.empty((10, 64), device="cuda"),
+        "part: torch.empty of the output": lambda: torch.empty((10, 64), dtype=torch.float32,
+                                                               device=dev),
         "part: views of data and indices": lambda: (
             fe.view_of(table), fe.FRONTEND.prepare_indices(ids, 0)),
     }

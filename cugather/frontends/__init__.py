@@ -33,6 +33,14 @@ Signatures (every frontend, :class:`Frontend`)::
     fe.result(view) -> the caller's array type (or CuPy, see set_output)
     fe.on_stream(stream) -> context manager: the frontend's own conversions
                             (index casts, host copies) run on ``stream``
+    fe.fast(runtime, data, indices) -> result | None    # or fast = None
+    fe.remember(runtime, data, indices, d, i, key)     # or remember = None
+
+``fast`` and ``remember`` are a front door's own memo for GatherOp: after a
+call with no ``out=`` and no ``stream=``, ``remember`` stores the tensors'
+attributes beside the plan's pre-built launcher (``OpRuntime.native``), and
+``fast`` compares them on the next call and launches, with no View and no
+call key (torch; JAX has none).
     fe.backend -> the runtime backend (array_type is the View class; pointer,
                   device_of, stream_pointer, empty, index_value,
                   contiguous_copy, fill_bytes(fill_value, dtype), first_bad...)

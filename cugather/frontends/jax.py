@@ -127,6 +127,8 @@ class JaxFrontend:
     name = "jax"
     backend = BACKEND
     view = JaxView
+    fast = None  # no memo of its own: DLPack's hand-over runs on every call
+    remember = None
 
     @staticmethod
     def prepare_data(obj: Any, argname: str = "data") -> JaxView:

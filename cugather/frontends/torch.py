@@ -136,7 +136,8 @@ class TorchBackend(CudaBackend):
         return TorchView(shape, _strides(shape, dtype.itemsize), dtype, t.data_ptr(), device, t)
 
     def index_value(self, indices: Any, pos: int) -> int:
-        return int(indices.base.reshape(-1)[pos].item())
+        t = indices.base if isinstance(indices, TorchView) else indices  # fast(): the tensor
+        return int(t.reshape(-1)[pos].item())
 
     def contiguous_copy(self, data: Any, device: int) -> TorchView:
         return view_of(data.base.contiguous())
@@ -190,6 +191,24 @@ def _device(index: int) -> Any:
 
 
 def _cached_call(bound: Any, backend: TorchBackend) -> Any:
+    """``call(data_ptr, indices_view, pointers) -> TorchView | None`` (the runtime's
+    protocol), with ``call.tensor(data_ptr, indices_ptr, indices, *pointers) ->
+    torch.Tensor | None`` beside it for the front door's own memo (:func:`fast`)."""
+    tensor_call = _tensor_call(bound, backend)
+    shape, dtype, device = bound.out_shape, bound.out_dtype, bound.device
+    strides = _strides(shape, dtype.itemsize)
+
+    def call(data_ptr: int, indices: Any, pointers: Tuple[int, ...]) -> Any:
+        t = tensor_call(data_ptr, indices.ptr, indices, *pointers)
+        if t is None:
+            return None
+        return TorchView(shape, strides, dtype, t.data_ptr(), device, t)
+
+    call.tensor = tensor_call  # type: ignore[attr-defined]
+    return call
+
+
+def _tensor_call(bound: Any, backend: TorchBackend) -> Any:
     # runtime.launch._cupy_call with torch's allocator and stream: each closure
     # binds its library's calls directly, the cost of a call being the point.
     from ..runtime.launch import CAPTURE_ERROR, NO_BAD, bad_index, ready_contexts
@@ -198,38 +217,35 @@ def _cached_call(bound: Any, backend: TorchBackend) -> Any:
     g0, g1, g2, b0, b1, b2, shared = config
     shape, dtype, device = bound.out_shape, bound.out_dtype, bound.device
     tdtype, tdevice = _TO_TORCH[dtype], _device(device)
-    strides = _strides(shape, dtype.itemsize)
     empty, ready = torch.empty, ready_contexts
     raw_stream: Any = _raw_stream  # both exist: cached_call checked
     get_device: Any = _get_device
 
     if not bound.checked:
-        def call(data_ptr: int, indices: Any, pointers: Tuple[int, ...]) -> Any:
+        def call(data_ptr: int, iptr: int, indices: Any, *pointers: int) -> Any:
             if get_device() != device or device not in ready.devices:
                 return None
             t = empty(shape, dtype=tdtype, device=tdevice)
-            optr = t.data_ptr()
             sptr = raw_stream(device)
             with lock:
-                pack(buf, 0, data_ptr, indices.ptr, optr, 0, *pointers)
+                pack(buf, 0, data_ptr, iptr, t.data_ptr(), 0, *pointers)
                 launch(handle, g0, g1, g2, b0, b1, b2, shared, sptr, params, 0)
-            return TorchView(shape, strides, dtype, optr, device, t)
+            return t
         return call
 
     flags, capturing, synchronize = backend.flags, backend.capturing, backend.synchronize
 
-    def checked_call(data_ptr: int, indices: Any, pointers: Tuple[int, ...]) -> Any:
+    def checked_call(data_ptr: int, iptr: int, indices: Any, *pointers: int) -> Any:
         if get_device() != device or device not in ready.devices:
             return None
         sptr = raw_stream(device)
         if capturing(sptr):
             raise RuntimeError(CAPTURE_ERROR)
         t = empty(shape, dtype=tdtype, device=tdevice)
-        optr = t.data_ptr()
         flag = flags.take()
         try:
             with lock:
-                pack(buf, 0, data_ptr, indices.ptr, optr, flag, *pointers)
+                pack(buf, 0, data_ptr, iptr, t.data_ptr(), flag, *pointers)
                 launch(handle, g0, g1, g2, b0, b1, b2, shared, sptr, params, 0)
             synchronize(sptr)
         except BaseException:
@@ -238,8 +254,66 @@ def _cached_call(bound: Any, backend: TorchBackend) -> Any:
         pos = flags.read_and_give(flag)
         if pos != NO_BAD:
             raise bad_index(bound, backend, indices, pos)
-        return TorchView(shape, strides, dtype, optr, device, t)
+        return t
     return checked_call
+
+
+def _launcher(bound: Any) -> Any:
+    return getattr(bound.call, "tensor", None)
+
+
+def fast_key(data: Any, indices: Any) -> Any:
+    """What the front door's memo compares: every attribute of the two tensors a
+    plan depends on or the views would change (None where a tensor has no strides).
+    :func:`fast` builds the same tuple inline."""
+    try:
+        return (data.shape, data.stride(), data.dtype, data.data_ptr() & 255, data.get_device(),
+                indices.shape, indices.stride(), indices.dtype, indices.get_device(),
+                data.is_neg() or data.is_conj() or indices.is_neg())
+    except RuntimeError:  # sparse and other layouts: the views report what is wrong
+        return None
+
+
+def fast(runtime: Any, data: Any, indices: Any) -> Any:
+    """The op's result as a torch tensor when this call repeats the geometry of the
+    runtime's last remembered torch call (:func:`remember`), else None.
+
+    One tuple comparison, then the pre-built launcher: no View, no call key.
+    Results are handed back as tensors: None under ``set_output("cupy")``.
+    """
+    if frontends._output != "input":
+        return None
+    return fast_tensor(runtime, data, indices)
+
+
+def fast_tensor(runtime: Any, data: Any, indices: Any) -> Any:
+    """:func:`fast` whatever :func:`~cugather.set_output` says (cugather.torch)."""
+    memo = runtime.native
+    if memo[0] is None or type(indices) is not _Tensor:
+        return None
+    try:
+        ptr = data.data_ptr()
+        key = (data.shape, data.stride(), data.dtype, ptr & 255, data.get_device(),
+               indices.shape, indices.stride(), indices.dtype, indices.get_device(),
+               data.is_neg() or data.is_conj() or indices.is_neg())
+    except RuntimeError:
+        return None
+    if key != memo[0]:
+        return None
+    return memo[1](ptr, indices.data_ptr(), indices)
+
+
+def remember(runtime: Any, data: Any, indices: Any, d: TorchView, i: TorchView,
+             key: tuple) -> None:
+    """After a call that ran ``key`` on views ``d`` and ``i`` of ``data`` and
+    ``indices`` as given (nothing converted or resolved), memoise it for :func:`fast`."""
+    if d.base is data and i.base is indices and type(indices) is _Tensor:
+        native = fast_key(data, indices)
+        if native is not None and not native[-1]:
+            runtime.remember_native(native, key, _launcher)
+
+
+_Tensor = torch.Tensor
 
 
 BACKEND = TorchBackend()
@@ -252,6 +326,8 @@ class TorchFrontend:
     name = "torch"
     backend = BACKEND
     view = TorchView
+    fast = staticmethod(fast)
+    remember = staticmethod(remember)
 
     @staticmethod
     def prepare_data(obj: Any, argname: str = "data") -> TorchView:

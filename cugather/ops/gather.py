@@ -25,7 +25,7 @@ from ..runtime.launch import CUDA, execute
 from ..runtime.op import OpRuntime
 from ..validate import Array
 
-__all__ = ["GatherOp", "gather", "take", "take_op", "run"]
+__all__ = ["GatherOp", "gather", "take", "take_op", "run", "remember_native"]
 
 _INDEX_DTYPES = frozenset(validate.INDEX_DTYPES)
 _ndarray: Any = None  # cupy.ndarray, looked up on the first call (see GatherOp.__call__)
@@ -203,6 +203,10 @@ class GatherOp:
         elif type(data) is not ndarray:
             fe = frontends.native(data)
             if fe is not None:  # torch and JAX: results in the caller's type and stream
+                if out is None and stream is None and fe.fast is not None:
+                    result = fe.fast(self._runtime, data, indices)  # the front door's memo
+                    if result is not None:
+                        return result
                 return self._call_native(fe, data, indices, out, stream)
         if stream is not None:  # conversions and copies run on it too
             with validate.current_stream(stream):
@@ -232,7 +236,11 @@ class GatherOp:
         if d.ndim == 0:
             d = self._zero_d(d)
         i = fe.prepare_indices(indices, d.device, self._ALLOW_BOOL)
-        return fe.result(run(self, d, i, fe.prepare_out(out), stream, d.device, fe.backend))
+        o = fe.prepare_out(out)
+        result = run(self, d, i, o, stream, d.device, fe.backend)
+        if o is None and stream is None and fe.remember is not None:
+            remember_native(self, fe, data, indices, d, i)
+        return fe.result(result)
 
 
 class _TakeOp(GatherOp):
@@ -266,6 +274,13 @@ def run(op: GatherOp, data: Array, indices: Array, out: Optional[Array], stream:
     ptr = backend.pointer(data)
     key = call_key(backend, device, data, ptr, indices, out_bits(out, backend))
     return op._runtime.run(key, data, ptr, indices, out, stream, op._fill_value)
+
+
+def remember_native(op: GatherOp, fe: Any, data: Any, indices: Any, d: Any, i: Any) -> None:
+    """Let front door ``fe`` memoise the call that just ran ``op`` on views ``d``, ``i``
+    of ``data``, ``indices`` (no out=, no stream=), for its ``fast`` path."""
+    key = call_key(fe.backend, d.device, d, fe.backend.pointer(d), i, 0)
+    fe.remember(op._runtime, data, indices, d, i, key)
 
 
 def _shape(shape: Any, argname: str) -> Tuple[int, ...]:

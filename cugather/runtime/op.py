@@ -34,13 +34,16 @@ class OpRuntime(PlanCache):
         Most bound plans kept.
     """
 
-    __slots__ = ("planner", "geometry", "_memo")
+    __slots__ = ("planner", "geometry", "_memo", "native")
 
     def __init__(self, planner: Callable, geometry: Callable, maxsize: int):
         super().__init__(maxsize)
         self.planner = planner
         self.geometry = geometry
         self._memo: tuple = (None, None)  # (key, Bound), replaced as one value
+        #: A front door's own memo, ``(its key, its launcher)``: a torch call compares
+        #: the tensors' attributes with it before building a View or a call key.
+        self.native: tuple = (None, None)
 
     def cached(self, key: tuple) -> Optional[Bound]:
         """The bound plan of ``key`` if one is cached (memo, then LRU), else None."""
@@ -69,8 +72,17 @@ class OpRuntime(PlanCache):
             self._memo = (key, bound)
         return bound
 
+    def remember_native(self, native_key: tuple, key: tuple, launcher_of: Callable) -> None:
+        """Memoise ``launcher_of(bound)`` under a front door's ``native_key`` for the
+        plan just run under ``key`` (nothing when that plan has no such launcher)."""
+        bound = self.cached(key)
+        launcher = launcher_of(bound) if bound is not None and not bound.copy_data else None
+        if launcher is not None:
+            self.native = (native_key, launcher)
+
     def clear(self) -> int:
         self._memo = (None, None)
+        self.native = (None, None)
         return super().clear()
 
     def run(self, key: tuple, data, data_ptr: int, indices, out, stream, fill_value,

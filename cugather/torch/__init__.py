@@ -54,16 +54,28 @@ _view, _prepare_indices, _prepare_out, _BACKEND = (
     _fe.view_of, _fe.FRONTEND.prepare_indices, _fe.FRONTEND.prepare_out, _fe.BACKEND)
 
 
+_shared_ops, _fast = _gather._ops, _fe.fast_tensor
+
+
 def _op(take: bool, axis: int, mode: str, fill_value: Any) -> Any:
     """The op cugather.gather / take share for these settings (ops.gather's registry)."""
+    cls = _gather._TakeOp if take else _gather.GatherOp
     if take:
-        return _gather._shared_op(_gather._TakeOp, axis, mode, 0)
-    return _gather._shared_op(_gather.GatherOp, axis, mode, fill_value)
+        fill_value = 0
+    if type(axis) is int and type(mode) is str and type(fill_value) is int:
+        op = _shared_ops.get((cls, int, axis, mode, fill_value))  # as gather() looks it up
+        if op is not None:
+            return op
+    return _gather._shared_op(cls, axis, mode, fill_value)
 
 
 def _gather_cuda(data: Any, indices: Any, axis: int, mode: str, fill_value: Any,
                  out: Any = None, stream: Any = None, take: bool = False) -> Any:
     op = _op(take, axis, mode, fill_value)
+    if out is None and stream is None:
+        result = _fast(op._runtime, data, indices)  # the front door's memo
+        if result is not None:
+            return result
     if stream is not None:
         with _fe.FRONTEND.on_stream(stream):
             return _gather_cuda(data, indices, axis, mode, fill_value, out, None, take)
@@ -71,8 +83,12 @@ def _gather_cuda(data: Any, indices: Any, axis: int, mode: str, fill_value: Any,
     if d.ndim == 0 and take:
         d = d.reshape((1,))
     i = _prepare_indices(indices, d.device, take)
-    return _gather.run(op, d, i, None if out is None else _prepare_out(out), stream, d.device,
-                       _BACKEND).base
+    if out is None:
+        result = _gather.run(op, d, i, None, stream, d.device, _BACKEND).base
+        if stream is None:
+            _gather.remember_native(op, _fe.FRONTEND, data, indices, d, i)
+        return result
+    return _gather.run(op, d, i, _prepare_out(out), stream, d.device, _BACKEND).base
 
 
 def _take_cuda(a: Any, indices: Any, axis: Optional[int], mode: str, out: Any = None,
@@ -285,43 +301,97 @@ for _name, _fake in (("gather", _gather_fake), ("take", _take_fake),
 
 
 # ---------------------------------------------------------------- autograd
-def _setup(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+# One kernel per operator at the Autograd key (what torch.library.register_autograd
+# registers, plus a shortcut): a call that needs a gradient goes through an
+# autograd.Function; a call on plain CUDA tensors that needs none, with no
+# dispatch mode active, launches straight away instead of redispatching below
+# autograd through Python a second time (half the registered op's cost per
+# call); anything else (fake and functional tensors under torch.compile, CPU
+# tensors, dispatch modes) redispatches, as register_autograd's kernel does.
+_below_autograd = torch._C._AutoDispatchBelowAutograd
+_after_autograd = torch._C._after_autograd_keyset
+_grad_enabled = torch.is_grad_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _gather_grad(inputs: Tuple[Any, ...], grad: Any) -> Any:
     data, indices, axis, mode = inputs[:4]
-    ctx.save_for_backward(indices)
-    ctx.data_shape, ctx.axis, ctx.mode = tuple(data.shape), axis, mode
+    return reference.gather_backward(grad, indices, tuple(data.shape), axis, mode)
 
 
-def _gather_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
-    indices, = ctx.saved_tensors
-    return (reference.gather_backward(grad, indices, ctx.data_shape, ctx.axis, ctx.mode),
-            None, None, None, None)
-
-
-def _take_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
-    indices, = ctx.saved_tensors
-    shape, axis, mode = ctx.data_shape, ctx.axis, _take_mode(ctx.mode)
+def _take_grad(inputs: Tuple[Any, ...], grad: Any) -> Any:
+    a, indices, axis, mode = inputs
+    shape, mode = tuple(a.shape), _take_mode(mode)
     if axis is None:
-        flat = reference.gather_backward(grad, indices, (math.prod(shape),), 0, mode)
-        return flat.reshape(shape), None, None, None
+        return reference.gather_backward(grad, indices, (math.prod(shape),), 0,
+                                         mode).reshape(shape)
     if not shape:
-        return reference.gather_backward(grad, indices, (1,), axis, mode).reshape(()), \
-            None, None, None
-    return reference.gather_backward(grad, indices, shape, axis, mode), None, None, None
+        return reference.gather_backward(grad, indices, (1,), axis, mode).reshape(())
+    return reference.gather_backward(grad, indices, shape, axis, mode)
 
 
-def _elements_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
-    indices, = ctx.saved_tensors
-    return (reference.elements_backward(grad, indices, ctx.data_shape, ctx.axis, ctx.mode),
-            None, None, None, None)
+def _elements_grad(inputs: Tuple[Any, ...], grad: Any) -> Any:
+    data, indices, axis, mode = inputs[:4]
+    return reference.elements_backward(grad, indices, tuple(data.shape), axis, mode)
 
 
-def _nd_grad(ctx: Any, grad: Any) -> Tuple[Any, ...]:
-    indices, = ctx.saved_tensors
-    return (reference.nd_backward(grad, indices, ctx.data_shape, ctx.axis, ctx.mode),
-            None, None, None, None)
+def _nd_grad(inputs: Tuple[Any, ...], grad: Any) -> Any:
+    data, indices, batch_dims, mode = inputs[:4]
+    return reference.nd_backward(grad, indices, tuple(data.shape), batch_dims, mode)
 
 
-for _name, _grad in (("gather", _gather_grad), ("take", _take_grad),
-                     ("gather_elements", _elements_grad), ("gather_nd", _nd_grad)):
-    torch.library.register_autograd(f"cugather::{_name}", _grad, setup_context=_setup,
-                                    lib=LIBRARY)
+def _autograd_kernel(name: str, direct: Any, grad_of: Any, defaults: Tuple[Any, ...]) -> Any:
+    op = getattr(torch.ops.cugather, name).default
+
+    def redispatch(keyset: Any, args: Tuple[Any, ...]) -> Any:
+        with _below_autograd():
+            return op.redispatch(keyset & _after_autograd, *args)
+
+    class Backward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
+            out = redispatch(keyset, args)
+            # The dispatcher drops trailing arguments equal to their defaults.
+            inputs = args + defaults[len(args):]
+            ctx.save_for_backward(inputs[1])
+            ctx.shape, ctx.rest, ctx.n_args = tuple(inputs[0].shape), inputs[2:], len(args)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            indices, = ctx.saved_tensors
+            inputs = (_Shape(ctx.shape), indices) + ctx.rest
+            # keyset, data, then the indices and the other arguments as given
+            return (None, grad_of(inputs, grad)) + (None,) * (ctx.n_args - 1)
+
+    Backward.__name__ = Backward.__qualname__ = f"CugatherBackwardFor_{name}"
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        data = args[0]
+        if _grad_enabled() and data.requires_grad:
+            return Backward.apply(keyset, *args)
+        if (type(data) in _PLAIN and type(args[1]) is torch.Tensor and data.is_cuda
+                and not _dispatch_modes()):
+            return direct(*args)
+        return redispatch(keyset, args)
+
+    return kernel
+
+
+class _Shape:
+    """What a backward formula reads of ``data``: its shape."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: Tuple[int, ...]) -> None:
+        self.shape = shape
+
+
+for _name, _direct, _grad, _defaults in (
+        ("gather", _gather_cuda_op, _gather_grad, (None, None, 0, "raise", 0)),
+        ("take", _take_cuda_op, _take_grad, (None, None, None, "raise")),
+        ("gather_elements", _elements_cuda_op, _elements_grad, (None, None, 0, "raise", 0)),
+        ("gather_nd", _nd_cuda_op, _nd_grad, (None, None, 0, "raise", 0))):
+    LIBRARY.impl(_name, _autograd_kernel(_name, _direct, _grad, _defaults), "Autograd",
+                 with_keyset=True)

@@ -372,3 +372,100 @@ def test_public_ops_return_torch_tensors_and_cupy_on_request(torch):
         assert np.array_equal(cp.asnumpy(got), table[ids % 300].cpu().numpy())
         with pytest.raises(TypeError, match="CuPy cannot hold"):
             cugather.gather(f8, ids, mode="wrap")
+
+
+# ---------------------------------------------------------------- the front door's memo
+def _memo_cases(torch):
+    """(name, data, indices) pairs that share a first geometry and then each change
+    one thing the memo must see."""
+    table = _table(torch, "float32", (300, 24))
+    ids = _ids(torch, 300, 64, low=0)
+    wide = _table(torch, "float32", (300, 48))
+    neg = torch._neg_view(table)
+    return [
+        ("first", table, ids),
+        ("again", table, ids),
+        ("other table, same geometry", _table(torch, "float32", (300, 24)) + 1, ids),
+        ("other indices, same geometry", table, ids.flip(0)),
+        ("shape", table[:200], ids % 200),
+        ("dtype", table.view(torch.int32), ids),
+        ("strides", wide[:, ::2], ids),
+        ("alignment", wide.reshape(-1)[4:4 + 7200].view(300, 24), ids),
+        ("negative bit", neg, ids),
+        ("int32 indices", table, ids.to(torch.int32)),
+        ("strided indices", table, torch.stack([ids, ids], 1)[:, 0]),
+        ("2-d indices", table, ids.reshape(8, 8)),
+        ("back to the first", table, ids),
+    ]
+
+
+@pytest.mark.parametrize("entry", ["cugather.gather", "cugather.torch.gather",
+                                   "torch.ops.cugather.gather"])
+def test_the_memo_sees_every_change_of_geometry(torch, entry):
+    import cugather
+    import cugather.torch as ct
+    from cugather.ops import gather as ops_gather
+
+    call = {"cugather.gather": lambda d, i: cugather.gather(d, i, mode="wrap"),
+            "cugather.torch.gather": lambda d, i: ct.gather(d, i, mode="wrap"),
+            "torch.ops.cugather.gather": lambda d, i: torch.ops.cugather.gather(d, i, 0, "wrap",
+                                                                                  0)}[entry]
+    op = ops_gather._shared_op(ops_gather.GatherOp, 0, "wrap", 0)
+    for name, data, idx in _memo_cases(torch):
+        got = call(data, idx)
+        want = torch.index_select(data.resolve_neg(), 0, idx.long().reshape(-1)).reshape(
+            tuple(idx.shape) + tuple(data.shape[1:]))
+        assert isinstance(got, torch.Tensor), name
+        assert got.dtype == data.dtype and got.is_contiguous(), name
+        assert torch.equal(got, want), name
+        if name in ("first", "again", "back to the first"):
+            assert op._runtime.native[0] is not None, f"{name}: the memo was not set"
+
+
+def test_the_memo_raises_the_same_error_and_honours_set_output(torch):
+    import cugather
+    import cugather.torch as ct
+    from cugather import frontends
+
+    cp = g.cp()
+    table = _table(torch, "float32")
+    ok = torch.tensor([0, 5, 7, 2], device="cuda")
+    bad = torch.tensor([0, 5, -301, 2], device="cuda")
+    for _ in range(2):  # the second call of each runs on the memo
+        assert torch.equal(ct.gather(table, ok), table[ok])
+        assert torch.equal(cugather.gather(table, ok), table[ok])
+    for fn in (ct.gather, cugather.gather, lambda d, i: torch.ops.cugather.gather(d, i)):
+        with pytest.raises(IndexError, match=r"index -301 is out of bounds for axis 0 with "
+                                             r"size 300 \(at indices\[2\]"):
+            fn(table, bad)
+    with frontends.using_output("cupy"):
+        got = cugather.gather(table, ok)
+        assert isinstance(got, cp.ndarray)
+        assert isinstance(ct.gather(table, ok), torch.Tensor)  # cugather.torch: always torch
+    assert isinstance(cugather.gather(table, ok), torch.Tensor)
+
+
+def test_the_registered_op_redispatches_for_grads_and_dispatch_modes(torch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    table = _table(torch, "float32").requires_grad_()
+    ids = _ids(torch, 300, 50, low=0)
+    with torch.no_grad():
+        got = torch.ops.cugather.gather(table, ids, 0, "wrap", 0)
+    assert got.grad_fn is None and torch.equal(got, table.detach()[ids])
+    got = torch.ops.cugather.gather(table, ids, 0, "wrap", 0)
+    assert got.grad_fn is not None
+    got.sum().backward()
+    want = torch.zeros_like(table).index_add_(0, ids, torch.ones(50, 24, device="cuda"))
+    assert torch.equal(table.grad, want)
+    with Log():
+        got = torch.ops.cugather.gather(table.detach(), ids, 0, "wrap", 0)
+    assert "cugather.gather.default" in seen
+    assert torch.equal(got, table.detach()[ids])
