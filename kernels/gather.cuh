@@ -256,6 +256,63 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 }
 
 // ---------------------------------------------------------------------------
+// slab: rows of one unit from a table small enough to stage several outer rows
+// (often all of them) in shared memory.  blockIdx.y takes a group of `chunk`
+// outer rows and stages it once; each thread then loads an index once and
+// writes that pick for every outer row of the group (coalesced across the
+// warp for each row), where the inner kernel reloads every index once per
+// outer row.  blockIdx.x and blockIdx.y loop when the grid is smaller.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_slab(const GatherArgs& a)
+{
+    typedef typename M::Ix Ix;
+    CG_DYNAMIC_SMEM(unsigned char, stage);
+    const U* staged = (const U*)stage;
+    const Ix n_idx = (Ix)a.n_indices;
+    const Ix outer = (Ix)a.outer;
+    const Ix group = (Ix)a.chunk;
+    const Ix axis_len = (Ix)a.axis_len;
+    const Idx* idx = (const Idx*)a.indices;
+    const U fillv = fill_unit<U>(a.fill);
+    const u64 row_bytes = (u64)a.axis_len * sizeof(U);
+
+    for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
+        const Ix rows = (outer - o0 < group) ? outer - o0 : group;
+        // One contiguous run when the outer rows are back to back, else row by row.
+        const bool packed = a.s_outer == (i64)row_bytes;
+        for (Ix r = 0; r < (packed ? (Ix)1 : rows); ++r) {
+            const char* src = a.data + (i64)(o0 + r) * a.s_outer;
+            unsigned char* dst = stage + (u64)r * row_bytes;
+            const u64 bytes = packed ? (u64)rows * row_bytes : row_bytes;
+            switch (a.stage_unit) {
+                case 16: stage_row<uint4>(src, dst, bytes); break;
+                case 8: stage_row<uint2>(src, dst, bytes); break;
+                case 4: stage_row<unsigned int>(src, dst, bytes); break;
+                case 2: stage_row<unsigned short>(src, dst, bytes); break;
+                default: stage_row<unsigned char>(src, dst, bytes); break;
+            }
+        }
+        __syncthreads();
+        U* out = (U*)a.out + (u64)o0 * (u64)n_idx;
+        for (Ix n = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; n < n_idx;
+             n += (Ix)gridDim.x * (Ix)blockDim.x) {
+            i64 i = load_index(idx + n);
+            const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+            const U* src = staged + (keep ? (Ix)i : (Ix)0);
+            U* dst = out + n;
+#pragma unroll 4
+            for (Ix r = 0; r < rows; ++r) {
+                store_stream(dst, keep ? *src : fillv);
+                src += axis_len;
+                dst += n_idx;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------
 // strided: the general fallback, one output unit per thread.  The flat output
 // position is split into up to CG_MAX_DIMS coordinates (split_position), which
 // address data through arbitrary (even negative) strides.

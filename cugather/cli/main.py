@@ -1,4 +1,4 @@
-"""The command line: ``cugather [demo|bench|info|cache|inspect]``.
+"""The command line: ``cugather [demo|bench|tune|info|cache|inspect]``.
 
 With no command it runs the demo.  A command that cannot do its work because
 CuPy, NVRTC, the driver or a GPU is missing says so in one paragraph, with the
@@ -27,6 +27,8 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "demo": ("cugather.cli.demo", "gather a table, check it against cupy.take and time it "
                                   "(default); without a GPU, compile it and show the plan"),
     "bench": ("cugather.bench", "benchmark against the copy ceiling and the peers"),
+    "tune": ("cugather.bench.tune", "time every candidate kernel of random geometries on this "
+                                    "GPU and fit the tuning table the planner consults"),
     "info": ("cugather.cli.info", "versions, driver, GPUs, NVRTC and the kernel cache"),
     "cache": ("cugather.cli.cache", "list, show or clear compiled kernels"),
     "inspect": ("cugather.cli.inspect", "plan, source and ptxas report of one gather"),

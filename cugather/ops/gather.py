@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 import numpy
 
 from .. import frontends, validate
-from ..plan.core import DeviceLimits, Operand, alignment
+from ..plan.core import H200, DeviceLimits, Operand, alignment
 from ..plan.gather import GatherPlan, plan_gather
 from ..runtime.cache import PlanCacheInfo
 from ..runtime.key import Geometry, call_key, fill_token, geometry_of_key, out_bits
@@ -150,7 +150,8 @@ class GatherOp:
 
         ``data`` and ``indices`` may be arrays (NumPy or CuPy; indices also an
         int or a sequence), or ``(shape, dtype)`` pairs; no GPU is needed.
-        Everything the call checks is checked here too.  Keyword arguments
+        Everything the call checks is checked here too.  The plan is an H200's
+        (its limits and tuning table, :data:`cugather.plan.core.H200`).  Keyword arguments
         ``kind``, ``math_name``, ``max_grid`` and ``row_unroll`` force a
         variant (testing).
         """
@@ -165,7 +166,7 @@ class GatherOp:
         axis = validate.normalize_axis(self._axis, len(data_op.shape))
         geo = Geometry(self._OP, None, 0, data_op.shape, data_op.strides, dtype, idx_shape,
                        idx_dtype, data_op.align, 256, axis, self._kernel_mode)
-        return self._plan_geometry(geo, DeviceLimits(), **force)
+        return self._plan_geometry(geo, H200, **force)
 
     def _zero_d(self, data: Any) -> Any:
         raise ValueError(f"{self._DATA} must have at least one dimension, got a 0-d array")

@@ -18,7 +18,7 @@ from . import tuning
 from .fastdiv import MAX_OPERAND, Divisor, make_divisor
 from .keys import KernelKey
 
-__all__ = ["Operand", "DeviceLimits", "Launch", "Plan", "alignment", "unit_for", "merge_dims",
+__all__ = ["Operand", "DeviceLimits", "H200", "Launch", "Plan", "alignment", "unit_for", "merge_dims",
            "split_run", "cdiv", "index_math", "divisors", "pad", "row_unroll", "check_launch",
            "no_empty_axis", "too_many_dims", "GRID_X_MAX", "GRID_YZ_MAX"]
 
@@ -137,6 +137,13 @@ class DeviceLimits:
 
     sm_count: int = 132
     max_shared_mem: int = 48 * 1024  # per block, without opting in
+    #: ``"sm_90"`` and the like: whose tuning table the planners consult; ``""``
+    #: none (the hand-written rules alone).
+    arch: str = ""
+
+
+#: An H200's limits with its tuning table: what a plan made without a GPU assumes.
+H200 = DeviceLimits(arch="sm_90")
 
 
 def row_unroll(rows: int, rows_per_block_row: int, chunks: int, limits: DeviceLimits,
@@ -213,6 +220,7 @@ class Plan:
     copy_data: bool = False
     reason: str = ""
     out_dtype: Optional[object] = None  # None: the data's dtype
+    chosen_by: str = ""  # the tuning table's leaf or the rule that chose the kernel
 
     # ------------------------------------------------ the main launch, flattened
     @property
@@ -278,6 +286,8 @@ class Plan:
                 f"output      {self.out_shape}  ({self.n_indices} index values; {axes})",
                 f"grid        {self.grid}  block {self.block}  shared {self.shared_mem} B",
             ]
+            if self.chosen_by:
+                lines.append(f"chosen by   {self.chosen_by}")
             divs = self.divisors()
             lines += [f"fast_divmod {name}: d={d.d} M={d.m} l={d.l} ({d.bits}-bit)"
                       for name, d in divs.items()]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
-from . import core, tuning
+from . import core, table, tuning
 from .core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Operand, Plan, cdiv,
                    check_launch, divisors, index_math, merge_dims, no_empty_axis, pad, unit_for)
 from .fastdiv import make_divisor
@@ -21,7 +21,7 @@ from .keys import KernelKey
 
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "window", "strided")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "strided")
 
 
 @dataclass(frozen=True)
@@ -109,11 +109,13 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     s_axis = data.strides[axis] if axis_len > 1 else 0
     contiguous_row = len(inner) == 1 and len(outer) <= 1
     forced = kind is not None
-    kind = kind or ("rows" if contiguous_row else "strided")
-    if kind == "strided":
-        return _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align,
-                             math_name, max_grid or GRID_X_MAX, base)
-    if not contiguous_row:
+    if not contiguous_row or kind == "strided":
+        if not forced:
+            base["chosen_by"] = "rule: rows that are not contiguous, or outer slices not one " \
+                                "stride apart, take the strided kernel"
+        if kind in (None, "strided"):
+            return _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode,
+                                 out_align, math_name, max_grid or GRID_X_MAX, base)
         raise ValueError(f"kernel kind {kind!r} needs contiguous rows and one outer stride")
 
     row_bytes = inner[0][0]
@@ -121,20 +123,23 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     unit = unit_for(row_bytes, data.align, out_align, s_outer, s_axis)
     units = row_bytes // unit
     rows = n_outer * n_idx
-    if kind == "window" or (kind == "rows" and not forced and unit <= 2 and row_bytes % 16
-                            and 16 < row_bytes <= tuning.WINDOW_MAX_ROW and out_align >= 16):
+    if not forced:
+        kind, row_unroll, base["chosen_by"] = _choose(
+            limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align)
+    if kind == "strided":
+        return _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align,
+                             math_name, max_grid or GRID_X_MAX, base)
+    if kind == "window":
         return _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                             out_align, math_name, max_grid or GRID_X_MAX, base)
-    if kind == "rows" and not forced:
-        if units == 1:
-            kind = ("inner" if _stage_pays(axis_len, row_bytes, s_axis, n_idx, n_outer, limits)
-                    else "scalar")
-        elif units > tuning.MAX_THREADS * _rows_cu(unit):
-            kind = "chunks"
-    if kind in ("scalar", "inner") and units != 1:
+    if kind in ("scalar", "inner", "slab") and units != 1:
         raise ValueError(f"kernel kind {kind!r} needs rows of one unit; rows here are {units} units")
     if kind == "inner" and axis_len * row_bytes > limits.max_shared_mem:
         raise ValueError("kernel kind 'inner' needs the gathered axis to fit in shared memory")
+    if kind == "slab":
+        if s_axis not in (0, unit) or axis_len * row_bytes > _slab_stage(limits):
+            raise ValueError(f"kernel kind 'slab' needs contiguous axis rows of at most "
+                             f"{_slab_stage(limits)} bytes")
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
@@ -157,6 +162,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     elif kind == "scalar":
         grid = (min(cdiv(rows, tuning.MAX_THREADS * tuning.SCALAR_ILP), grid_x), 1, 1)
         reason = f"one {unit} B unit per row, {tuning.SCALAR_ILP} loads in flight per thread"
+    elif kind == "slab":
+        main, reason = _slab_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer,
+                                    s_outer, n_idx, data.align, limits, max_grid)
+        return GatherPlan(main=main, reason=reason, **base)
     else:
         main = _inner_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer, s_outer,
                              n_idx, data.align, limits, max_grid)
@@ -184,6 +193,85 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
             min(n_outer, max_grid or GRID_YZ_MAX), 1)
     return Launch(KernelKey("inner", unit, index_dtype, math_name, mode), fields, grid,
                   (tuning.MAX_THREADS, 1, 1), cdiv(row, 16) * 16)
+
+
+def _applies(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
+             out_align: int, limits: DeviceLimits) -> bool:
+    """Whether kernel ``kind`` can run a contiguous-row geometry."""
+    if kind in ("scalar", "inner", "slab"):
+        stage = limits.max_shared_mem if kind == "inner" else _slab_stage(limits)
+        return row_bytes == unit and (kind == "scalar" or (
+            s_axis in (0, unit) and axis_len * row_bytes <= stage))
+    if kind == "window":
+        return row_bytes >= 16 and out_align >= 16
+    return True
+
+
+def _rule(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: int,
+          axis_len: int, s_axis: int, out_align: int) -> Tuple[str, str]:
+    """The hand-written rules: (kind, which rule)."""
+    units = row_bytes // unit
+    if (unit <= 2 and row_bytes % 16 and 16 < row_bytes <= tuning.WINDOW_MAX_ROW
+            and out_align >= 16):
+        return "window", (f"rule: rows of 17 to {tuning.WINDOW_MAX_ROW} B, not a multiple of "
+                          f"16, moved in 1- or 2-byte units")
+    if units == 1:
+        if _stage_pays(axis_len, row_bytes, s_axis, n_idx, n_outer, limits):
+            return "inner", "rule: one-unit rows; staging the axis row pays"
+        return "scalar", "rule: one-unit rows"
+    if units > tuning.MAX_THREADS * _rows_cu(unit):
+        return "chunks", f"rule: rows of more than {tuning.MAX_THREADS * _rows_cu(unit)} units"
+    return "rows", "rule: rows of several units"
+
+
+def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: int,
+            axis_len: int, s_axis: int, index_dtype: str, out_align: int
+            ) -> Tuple[str, Optional[int], str]:
+    """(kind, rows per thread or None, chosen_by) of a contiguous-row geometry: the
+    tuning table of ``limits.arch`` where it answers and its candidate applies,
+    else the rules."""
+    tab = table.table_for(limits.arch) if limits.arch else None
+    kind, why = _rule(limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, out_align)
+    if tab is None:
+        return kind, None, why + (f" (no tuning table for {limits.arch})" if limits.arch else "")
+    feats = table.features(row_bytes, unit, n_outer, n_idx, axis_len,
+                           4 if index_dtype == "int32" else 8)
+    choice = tab.choose(feats)
+    if choice is None:
+        return kind, None, why + f" (the {tab.arch} tuning table leaves this geometry to them)"
+    if not _applies(choice.kind, row_bytes, unit, axis_len, s_axis, out_align, limits):
+        return kind, None, why + (f" ({tab.arch} table leaf {choice.leaf} names "
+                                  f"{choice.label}, which does not apply)")
+    return choice.kind, choice.row_unroll, (f"{tab.arch} tuning table, leaf {choice.leaf} "
+                                            f"({choice.label}): {choice.why}")
+
+
+def _slab_stage(limits: DeviceLimits) -> int:
+    return min(tuning.SLAB_MAX_STAGE, limits.max_shared_mem)
+
+
+def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_len: int,
+                 s_axis: int, n_outer: int, s_outer: int, n_idx: int, align: int,
+                 limits: DeviceLimits, max_grid: Optional[int] = None) -> Tuple[Launch, str]:
+    """The slab kernel: groups of outer rows of ``axis_len`` one-unit elements staged
+    per block, each index read once per group."""
+    row = axis_len * unit
+    target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
+    bx = cdiv(n_idx, tuning.MAX_THREADS)  # blocks that cover the indices once
+    fit = max(1, _slab_stage(limits) // row)
+    # Whole groups where the indices alone fill the GPU; otherwise smaller groups,
+    # so that outer rows give the blocks the indices cannot.
+    group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
+    grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
+    grid_x = min(max(1, min(bx, cdiv(target, grid_y))), max_grid or GRID_X_MAX)
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=n_outer * n_idx,
+                  units=1, n_indices=n_idx, outer=n_outer,
+                  n_div=make_divisor(max(n_idx, 1), 32 if math_name == "fast32" else 64),
+                  chunk=group, stage_unit=unit_for(align, s_outer, row), row_unroll=1)
+    launch = Launch(KernelKey("slab", unit, index_dtype, math_name, mode), fields,
+                    (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), cdiv(group * row, 16) * 16)
+    return launch, (f"{group} outer row(s) of {row} B staged per block in shared memory, "
+                    f"each index read once per group")
 
 
 def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align, math_name,

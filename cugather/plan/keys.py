@@ -100,6 +100,8 @@ _SPECS = {
                        min_blocks=lambda key: tuning.CHUNKS_BLOCKS if key.math == "fast32" else 1),
     "scalar": KindSpec("gather.cuh", "gather_scalar", "GatherArgs"),
     "inner": KindSpec("gather.cuh", "gather_inner", "GatherArgs", min_blocks=4),
+    # Rows of one unit, several outer rows staged per block, each index read once.
+    "slab": KindSpec("gather.cuh", "gather_slab", "GatherArgs", min_blocks=4),
     # Rows whose length is not a multiple of 16, moved as 16-byte chunks.
     "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # The strided fallback of Gather/take: any strides, one unit per thread.

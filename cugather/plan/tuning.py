@@ -30,6 +30,10 @@ CHUNKS_CU = 4
 SCALAR_ILP = 2
 # inner: loads in flight per thread while a row is staged in shared memory.
 STAGE_ILP = 8
+# slab: shared memory a block stages outer rows into at most (24 KB: 8 blocks of
+# 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
+SLAB_MAX_STAGE = 24 * 1024
+SLAB_BLOCKS_PER_SM = 8
 # window: 16-byte output chunks per thread; rows up to this many bytes take
 # the window kernel when the rows kernel could only move them in 1- or 2-byte
 # units (over the random sweep: 1.04x-2.07x the rows kernel there; with

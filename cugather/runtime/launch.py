@@ -155,10 +155,12 @@ class CudaBackend:
     def limits(self, device: int) -> DeviceLimits:
         lim = self._limits.get(device)
         if lim is None:
-            attrs = validate.cupy_module().cuda.Device(device).attributes
+            dev = validate.cupy_module().cuda.Device(device)
+            attrs = dev.attributes
             lim = self._limits[device] = DeviceLimits(
                 sm_count=attrs["MultiProcessorCount"],
-                max_shared_mem=attrs["MaxSharedMemoryPerBlock"])
+                max_shared_mem=attrs["MaxSharedMemoryPerBlock"],
+                arch=f"sm_{dev.compute_capability}")
         return lim
 
     def activate(self, device: int) -> _Device:

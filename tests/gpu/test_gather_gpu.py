@@ -47,7 +47,7 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -57,9 +57,10 @@ def test_forced_variants(kind, math_name, mode):
     from cugather.validate import fill_bytes
 
     rng = np.random.default_rng(4)
-    cols = 1 if kind in ("scalar", "inner") else 6
-    data = random_data(rng, (50, cols), "float32") if kind != "inner" else random_data(rng, (9, 50), "float32")
-    axis = 1 if kind == "inner" else 0
+    cols = 1 if kind in ("scalar", "inner", "slab") else 6
+    data = (random_data(rng, (9, 50), "float32") if kind in ("inner", "slab")
+            else random_data(rng, (50, cols), "float32"))
+    axis = 1 if kind in ("inner", "slab") else 0
     idx = random_indices(rng, (300,), data.shape[axis], "int64", out_of_range=mode != "raise")
     op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
     plan = op.plan(data, idx, kind=kind, math_name=math_name, max_grid=3)

@@ -58,8 +58,8 @@ import numpy as np  # noqa: E402
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "window", "strided")
-SHARED_KINDS = ("inner",)  # kinds whose kernels stage data in shared memory
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "strided")
+SHARED_KINDS = ("inner", "slab")  # kinds whose kernels stage data in shared memory
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ CANDIDATES = {
     "scalar": [Geometry((2, 50), 1, (1300,)), Geometry((2, 50), 1, (26, 50), max_grid=1)],
     "inner": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
               Geometry((40,), 0, (3, 7))],
+    "slab": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
+             Geometry((40,), 0, (3, 7))],
     "window": [Geometry((50, 3), 0, (330,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],

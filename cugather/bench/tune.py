@@ -1,0 +1,250 @@
+"""``python -m cugather tune``: time every candidate Gather plan of random geometries
+and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
+
+    python -m cugather tune [--geometries 2000] [--seed 1000] [--out FILE]
+                            [--records FILE] [--time-limit S]
+    python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
+
+Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
+distribution its docstring documents), in wrap mode.  Per geometry, every
+candidate of :data:`cugather.plan.table.CANDIDATES` that applies is planned
+with the device's limits, bound once, checked byte for byte against
+``cupy.take`` and timed with CUDA events behind a holding kernel (two
+warm-up calls, then samples until about :data:`TARGET_MS` are timed, at
+least :data:`MIN_SAMPLES`), median kept.  One JSON line per geometry goes to
+``--records`` as it is timed, so a run cut short keeps what it measured.
+
+The fit holds out every fifth geometry first and reports, on those, the mean
+slowdown against the fastest candidate of the table's choice and of the
+rules'; then it fits the table on every geometry and writes it to ``--out``
+(default: ``<kernel cache folder>/tuning/<arch>.json``, where cugather finds
+it; ``CUGATHER_TUNING=FILE`` names another).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy
+
+__all__ = ["add_arguments", "run", "tune_shape", "fit_records", "TARGET_MS", "MIN_SAMPLES",
+           "MAX_SAMPLES"]
+
+TARGET_MS = 6.0
+MIN_SAMPLES, MAX_SAMPLES, WARMUP = 3, 15, 2
+HOLDOUT_EVERY = 5
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--geometries", type=int, default=2000, metavar="N",
+                   help="random geometries to time (default 2000)")
+    p.add_argument("--seed", type=int, default=1000,
+                   help="seed of the geometries (default 1000; the sweep's held-out seeds "
+                        "are others)")
+    p.add_argument("--start", type=int, default=0, metavar="I",
+                   help="skip the first I geometries of the seed (split a run in parts)")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="the fitted table (default <kernel cache folder>/tuning/<arch>.json)")
+    p.add_argument("--records", default=None, metavar="FILE",
+                   help="JSON lines of the timings (default: FILE.records.jsonl beside --out)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop timing after S seconds and fit what was timed")
+    p.add_argument("--fit", nargs="+", default=None, metavar="RECORDS",
+                   help="fit from these record files only (no GPU needed)")
+    p.add_argument("--min-leaf", type=int, default=12, help="fewest geometries per leaf")
+
+
+def _label(plan) -> Optional[str]:
+    """The candidate label of a plan (None for plans no candidate makes)."""
+    from ..plan.table import CANDIDATES
+
+    kind = plan.kind
+    if kind == "rows":
+        return f"rows/{plan.fields['row_unroll']}"
+    return kind if any(c[0] == kind for c in CANDIDATES) else None
+
+
+def _timed(cp, fn) -> List[float]:
+    from .peers import time_cupy
+
+    first = list(time_cupy(cp, fn, MIN_SAMPLES, WARMUP))
+    per = max(float(numpy.median(first)), 1e-4)
+    more = min(MAX_SAMPLES - len(first), math.ceil((TARGET_MS - sum(first)) / per))
+    if more > 0:
+        first += list(time_cupy(cp, fn, more, 0))
+    return first
+
+
+def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
+    """Check and time every applicable candidate of sweep shape ``s``; its record."""
+    from ..plan.core import Operand, alignment
+    from ..plan.gather import plan_gather
+    from ..plan.table import CANDIDATES, features
+    from ..runtime.binding import bind
+    from ..runtime.launch import CUDA, execute
+    from .sweep_run import make_table
+
+    rec: Dict[str, Any] = {"shape": s.as_dict(), "times": {}, "errors": {}}
+    try:
+        data = make_table(cp, s, seed)
+        n = s.axis_len
+        idx = cp.random.default_rng(seed).integers(-n, n, size=s.n_indices, dtype=numpy.int64)
+        idx = idx.astype(s.index_dtype).reshape(s.indices)
+        ref = cp.take(data, cp.where(idx < 0, idx + n, idx), axis=s.axis)
+    except Exception as e:  # out of memory, most likely
+        rec["errors"]["setup"] = f"{type(e).__name__}: {str(e)[:200]}"
+        return rec
+    ptr = data.data.ptr
+    operand = Operand(data.shape, data.strides, data.itemsize, alignment(ptr))
+    limits = CUDA.limits(device)
+    rules = type(limits)(limits.sm_count, limits.max_shared_mem, "")
+    args = (operand, s.indices, s.index_dtype, s.axis, "wrap")
+    rule_plan = plan_gather(*args, limits=rules)
+    rec["rule"] = _label(rule_plan)
+    if rule_plan.main is None or rec["rule"] is None:
+        rec["errors"]["plan"] = f"no candidate plan ({rule_plan.kind})"
+        return rec
+    rec["features"] = features(s.row_bytes, _unit(operand, s), s.outer, s.n_indices,
+                               s.axis_len, 4 if s.index_dtype == "int32" else 8)
+    ref_bytes = ref.view(numpy.uint8).reshape(-1)
+    for label, kind, ru in CANDIDATES:
+        try:
+            plan = plan_gather(*args, limits=limits, kind=kind, row_unroll=ru)
+        except ValueError:
+            continue  # does not apply to this geometry
+        if plan.main is None or plan.copy_data:
+            continue
+        try:
+            bound = bind(plan, device, None, CUDA, data.dtype)
+            got = execute(bound, data, ptr, idx, None, None, device)
+            if not bool((got.view(numpy.uint8).reshape(-1) == ref_bytes).all()):
+                rec["errors"][label] = "result differs from cupy.take"
+                continue
+            del got
+            times = _timed(cp, lambda: execute(bound, data, ptr, idx, None, None, device))
+            rec["times"][label] = float(numpy.median(times))
+        except Exception as e:
+            rec["errors"][label] = f"{type(e).__name__}: {str(e)[:200]}"
+    if rec["rule"] not in rec["times"]:
+        rec["errors"]["rule"] = f"the rules' choice {rec['rule']} was not timed"
+        rec["times"] = {}
+    return rec
+
+
+def _unit(operand, s) -> int:
+    """The unit plan_gather computes for C-contiguous ``s`` (its ``unit`` feature)."""
+    from ..plan.core import unit_for
+
+    s_outer = s.axis_len * s.row_bytes if s.outer > 1 else 0
+    return unit_for(s.row_bytes, operand.align, 256, s_outer, s.row_bytes if s.axis_len > 1 else 0)
+
+
+def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = 12):
+    """(table fitted on every record, held-out report)."""
+    from ..plan.table import fit
+
+    usable = [r for r in records if r.get("times") and r.get("features")]
+    train = [r for i, r in enumerate(usable) if i % HOLDOUT_EVERY]
+    held = [r for i, r in enumerate(usable) if not i % HOLDOUT_EVERY]
+    report: Dict[str, Any] = {"geometries": len(usable), "held_out": len(held)}
+    if train and held:
+        trial = fit(train, meta, min_leaf=min_leaf)
+        report.update(_slowdowns(trial, held))
+    table = fit(usable, meta, min_leaf=min_leaf)
+    report["fitted_on_all"] = _slowdowns(table, usable)
+    table.meta["held_out"] = report
+    return table, report
+
+
+def _slowdowns(table, records) -> Dict[str, Any]:
+    """Geometric-mean and worst slowdown against the fastest candidate, of the
+    table's choices and of the rules', over ``records``."""
+    mine, rule = [], []
+    for r in records:
+        times = r["times"]
+        best = min(times.values())
+        choice = table.choose(r["features"])
+        label = choice.label if choice is not None and choice.label in times else r["rule"]
+        mine.append(times[label] / best)
+        rule.append(times[r["rule"]] / best)
+    gm = lambda xs: float(math.exp(sum(math.log(x) for x in xs) / len(xs)))  # noqa: E731
+    return {"table_geomean_slowdown": round(gm(mine), 4), "rules_geomean_slowdown": round(gm(rule), 4),
+            "table_worst": round(max(mine), 3), "rules_worst": round(max(rule), 3),
+            "table_within_5pct": round(sum(x <= 1.05 for x in mine) / len(mine), 4),
+            "rules_within_5pct": round(sum(x <= 1.05 for x in rule) / len(rule), 4)}
+
+
+def _read_records(paths) -> List[Dict[str, Any]]:
+    out = []
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    out.append(json.loads(line))
+    return out
+
+
+def run(args) -> int:
+    from ..plan.table import user_table_path
+
+    if args.fit:
+        records = _read_records(args.fit)
+        arch = next((r.get("arch") for r in records if r.get("arch")), "sm_90")
+        meta = {"arch": arch, "device": next((r.get("device") for r in records
+                                              if r.get("device")), ""),
+                "command": "python -m cugather tune --fit " + " ".join(args.fit),
+                "fitted": time.strftime("%Y-%m-%d"),
+                "seeds": sorted({r["seed"] for r in records if "seed" in r})}
+        return _write(records, meta, args.out or str(user_table_path(arch)), args.min_leaf)
+
+    from .. import validate
+    from ..runtime.launch import CUDA
+    from .sweep import draw_shapes
+
+    cp = validate.cupy_module()
+    device = cp.cuda.Device().id
+    arch = CUDA.limits(device).arch
+    name = cp.cuda.runtime.getDeviceProperties(device)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    out = args.out or str(user_table_path(arch))
+    rec_path = Path(args.records or out + ".records.jsonl")
+    rec_path.parent.mkdir(parents=True, exist_ok=True)
+    shapes = draw_shapes(args.start + args.geometries, args.seed)[args.start:]
+    t0 = time.perf_counter()
+    records: List[Dict[str, Any]] = []
+    pool = cp.get_default_memory_pool()
+    with open(rec_path, "a") as f:
+        for i, s in enumerate(shapes):
+            if args.time_limit is not None and time.perf_counter() - t0 > args.time_limit:
+                print(f"time limit reached after {i} geometries", flush=True)
+                break
+            rec = tune_shape(cp, s, args.seed * 1_000_003 + args.start + i, device)
+            rec.update(arch=arch, device=name, seed=args.seed, index=args.start + i)
+            records.append(rec)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            pool.free_all_blocks()
+            if i % 50 == 0:
+                best = min(rec["times"], key=rec["times"].get) if rec["times"] else "-"
+                print(f"[{i + 1}/{len(shapes)}] {time.perf_counter() - t0:6.1f} s  "
+                      f"{s.label()}: best {best}, rules {rec.get('rule')}", flush=True)
+    meta = {"arch": arch, "device": name, "fitted": time.strftime("%Y-%m-%d"),
+            "command": " ".join(["python -m cugather tune"] + sys.argv[2:]),
+            "seeds": [args.seed], "tune_seconds": round(time.perf_counter() - t0, 1)}
+    return _write(records, meta, out, args.min_leaf)
+
+
+def _write(records, meta, out: str, min_leaf: int) -> int:
+    table, report = fit_records(records, meta, min_leaf)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+    print(f"{len(table.leaves())} leaves; wrote {path}")
+    return 0

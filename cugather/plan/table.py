@@ -1,0 +1,342 @@
+"""Tuning tables: the Gather kernel a measurement chose, by geometry.  Pure Python.
+
+``python -m cugather tune`` times every candidate plan (:data:`CANDIDATES`)
+of thousands of random geometries on a GPU and fits a decision tree over the
+features the planner sees (:func:`features`): each leaf names the candidate
+with the least total slowdown against the fastest candidate over the
+geometries that reached it.  :func:`plan_gather` consults the table of the
+device's architecture (:func:`table_for`) for contiguous rows, and keeps its
+hand-written rules where there is no table, where the geometry lies outside
+the ranges the table was fitted on, or where the leaf's candidate does not
+apply to the geometry.  A plan stays a pure function of the geometry and the
+table: nothing is timed during a call.
+
+Where tables come from, first found wins:
+
+1. ``CUGATHER_TUNING=FILE`` (a table written by ``cugather tune --out FILE``;
+   it serves the architecture it was fitted on);
+2. ``<kernel cache folder>/tuning/<arch>.json`` (where ``cugather tune``
+   writes by default: ``CUGATHER_CACHE_DIR``, else the CuPy cache folder);
+3. the tables shipped in the package (``cugather/plan/tables/<arch>.json``).
+
+A table that cannot be read or fails validation is ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["CANDIDATES", "FEATURES", "FORMAT", "TuningTable", "Choice", "features", "fit",
+           "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
+
+#: Version of the table format this code reads and writes.
+FORMAT = 1
+
+#: Candidate plans of a contiguous-row Gather: (label, kind, rows per thread).
+CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
+    ("rows/1", "rows", 1), ("rows/2", "rows", 2), ("rows/4", "rows", 4),
+    ("chunks", "chunks", None), ("scalar", "scalar", None), ("inner", "inner", None),
+    ("slab", "slab", None), ("window", "window", None), ("strided", "strided", None),
+)
+_KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
+
+#: Features a table splits on (log2 of counts and byte sizes, so thresholds read
+#: as powers of two).
+FEATURES = ("log2_row_bytes", "unit", "row_mod16", "log2_outer", "log2_picks", "log2_rows",
+            "log2_axis_len", "log2_table_bytes", "index_bytes")
+
+SHIPPED = Path(__file__).with_name("tables")
+_MAX_DEPTH = 32
+_MAX_NODES = 4096
+
+
+class TableError(ValueError):
+    """A tuning table that does not validate."""
+
+
+def features(row_bytes: int, unit: int, n_outer: int, n_idx: int, axis_len: int,
+             index_bytes: int) -> Dict[str, float]:
+    """The features of a contiguous-row gather geometry, by name (:data:`FEATURES`)."""
+    def lg(x: int) -> float:
+        return math.log2(max(x, 1))
+
+    return {"log2_row_bytes": lg(row_bytes), "unit": float(unit),
+            "row_mod16": float(row_bytes % 16), "log2_outer": lg(n_outer),
+            "log2_picks": lg(n_idx), "log2_rows": lg(n_outer * n_idx),
+            "log2_axis_len": lg(axis_len), "log2_table_bytes": lg(n_outer * axis_len * row_bytes),
+            "index_bytes": float(index_bytes)}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A table's answer: the candidate, its kind and rows per thread, and why."""
+
+    label: str
+    kind: str
+    row_unroll: Optional[int]
+    leaf: int
+    why: str       # the path of conditions to the leaf
+    source: str    # the table's origin
+
+
+class TuningTable:
+    """A fitted decision tree over :data:`FEATURES` (see the module docstring).
+
+    Build with :meth:`from_dict` (validates) or :func:`fit`; :meth:`choose`
+    answers a geometry, :meth:`to_dict` is the JSON form.
+    """
+
+    def __init__(self, meta: Dict[str, Any], tree: Dict[str, Any], ranges: Dict[str, list],
+                 source: str = "") -> None:
+        self.meta, self.tree, self.ranges, self.source = meta, tree, ranges, source
+
+    @property
+    def arch(self) -> str:
+        return str(self.meta["arch"])
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "") -> "TuningTable":
+        """Validate ``d`` (a parsed JSON table); TableError names what is wrong."""
+        if not isinstance(d, dict):
+            raise TableError(f"a tuning table is a JSON object, got {type(d).__name__}")
+        if d.get("format") != FORMAT:
+            raise TableError(f"format must be {FORMAT}, got {d.get('format')!r}")
+        meta = d.get("meta")
+        if not isinstance(meta, dict) or not isinstance(meta.get("arch"), str) \
+                or not meta["arch"].startswith("sm_"):
+            raise TableError("meta.arch must be a string like 'sm_90'")
+        ranges = d.get("ranges")
+        if not isinstance(ranges, dict) or set(ranges) != set(FEATURES):
+            raise TableError(f"ranges must give [low, high] for each of {FEATURES}")
+        for name, r in ranges.items():
+            if not (isinstance(r, list) and len(r) == 2 and all(_is_number(v) for v in r)
+                    and r[0] <= r[1]):
+                raise TableError(f"ranges.{name} must be [low, high], got {r!r:.60}")
+        count = [0]
+        _check_node(d.get("tree"), 0, count)
+        return cls(meta, d["tree"], {k: [float(v[0]), float(v[1])] for k, v in ranges.items()},
+                   source)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"format": FORMAT, "meta": self.meta, "ranges": self.ranges, "tree": self.tree}
+
+    def leaves(self) -> List[Dict[str, Any]]:
+        """Every leaf, in order of its id."""
+        out: List[Dict[str, Any]] = []
+
+        def walk(node: Dict[str, Any]) -> None:
+            if "choice" in node:
+                out.append(node)
+            else:
+                walk(node["le"])
+                walk(node["gt"])
+        walk(self.tree)
+        return sorted(out, key=lambda n: n["leaf"])
+
+    def choose(self, feats: Dict[str, float]) -> Optional[Choice]:
+        """The leaf's candidate for ``feats``; None outside the fitted ranges or where
+        the leaf keeps the rules (``"rule"``)."""
+        for name, (lo, hi) in self.ranges.items():
+            if not lo <= feats[name] <= hi:
+                return None
+        node, path = self.tree, []
+        while "choice" not in node:
+            name, t = node["feature"], node["threshold"]
+            if feats[name] <= t:
+                node, op = node["le"], "<="
+            else:
+                node, op = node["gt"], ">"
+            path.append(f"{name} {op} {t:g}")
+        label = node["choice"]
+        if label == "rule":
+            return None
+        kind, ru = _KIND_OF[label]
+        return Choice(label, kind, ru, int(node["leaf"]), " and ".join(path) or "every geometry",
+                      self.source)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_node(node: Any, depth: int, count: list) -> None:
+    count[0] += 1
+    if depth > _MAX_DEPTH or count[0] > _MAX_NODES:
+        raise TableError(f"the tree is deeper than {_MAX_DEPTH} or has more than {_MAX_NODES} "
+                         f"nodes")
+    if not isinstance(node, dict):
+        raise TableError(f"a tree node is a JSON object, got {type(node).__name__}")
+    if "choice" in node:
+        if node["choice"] != "rule" and node["choice"] not in _KIND_OF:
+            raise TableError(f"unknown candidate {node['choice']!r:.40} (known: "
+                             f"{', '.join(_KIND_OF)}, rule)")
+        if not isinstance(node.get("leaf"), int) or isinstance(node.get("leaf"), bool):
+            raise TableError("every leaf carries an integer 'leaf' id")
+        return
+    if node.get("feature") not in FEATURES or not _is_number(node.get("threshold")):
+        raise TableError(f"a split names one of {FEATURES} and a finite threshold, got "
+                         f"{node.get('feature')!r:.40} / {node.get('threshold')!r:.40}")
+    _check_node(node.get("le"), depth + 1, count)
+    _check_node(node.get("gt"), depth + 1, count)
+
+
+# ---------------------------------------------------------------- where tables come from
+_tables: Dict[str, Optional[TuningTable]] = {}
+_tables_lock = threading.Lock()
+
+
+def clear_tables() -> None:
+    """Forget the tables read so far (the next plan reads them again)."""
+    with _tables_lock:
+        _tables.clear()
+
+
+def load_table(path: Any) -> TuningTable:
+    """Read and validate the table at ``path`` (TableError or OSError on failure)."""
+    p = Path(path)
+    with open(p, "rb") as f:
+        raw = f.read(8 << 20)
+    try:
+        d = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise TableError(f"not JSON: {e}") from None
+    return TuningTable.from_dict(d, str(p))
+
+
+def user_table_path(arch: str) -> Optional[Path]:
+    """``<kernel cache folder>/tuning/<arch>.json`` (``cugather tune``'s default output)."""
+    root = os.environ.get("CUGATHER_CACHE_DIR") or os.environ.get("CUPY_CACHE_DIR") or \
+        os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")
+    return Path(root) / "tuning" / f"{arch}.json"
+
+
+def table_for(arch: str) -> Optional[TuningTable]:
+    """The tuning table serving ``arch`` (``"sm_90"``), or None (the rules decide)."""
+    try:
+        return _tables[arch]
+    except KeyError:
+        pass
+    with _tables_lock:
+        if arch not in _tables:
+            _tables[arch] = _find(arch)
+        return _tables[arch]
+
+
+def _find(arch: str) -> Optional[TuningTable]:
+    env = os.environ.get("CUGATHER_TUNING")
+    places: List[Tuple[Path, bool]] = []
+    if env:
+        places.append((Path(env), True))
+    user = user_table_path(arch)
+    if user is not None:
+        places.append((user, False))
+    places.append((SHIPPED / f"{arch}.json", False))
+    for path, named in places:
+        if not named and not path.is_file():
+            continue
+        try:
+            table = load_table(path)
+        except (OSError, TableError) as e:
+            warnings.warn(f"cugather ignores the tuning table {path}: {e}", RuntimeWarning,
+                          stacklevel=3)
+            continue
+        if table.arch == arch:
+            return table
+        if named:  # CUGATHER_TUNING for another GPU: say so once, then look further
+            warnings.warn(f"cugather: the tuning table {path} (CUGATHER_TUNING) was fitted on "
+                          f"{table.arch}; this GPU is {arch}, so it is not used here",
+                          RuntimeWarning, stacklevel=3)
+    return None
+
+
+# ---------------------------------------------------------------- fitting
+def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: int = 12,
+        max_depth: int = 12, min_gain: float = 0.02) -> TuningTable:
+    """Fit a table to timed geometries.
+
+    Parameters
+    ----------
+    records : sequence of dict
+        One per geometry: ``"features"`` (:func:`features`), ``"times"`` (median
+        ms by candidate label, only the candidates that apply) and ``"rule"``
+        (the label the rules choose).
+    meta : dict
+        Stored as the table's ``meta`` (``arch`` required).
+    min_leaf : int
+        Fewest geometries per leaf.
+    max_depth : int
+        Deepest split.
+    min_gain : float
+        Least reduction of the summed log2 slowdown a split must bring.
+
+    Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
+    candidate that does not apply costs what the rule's choice costs (the
+    planner falls back to it).  A leaf names the candidate (or ``"rule"``)
+    of least total cost; splits are chosen greedily, the best threshold of
+    the best feature first.
+    """
+    import numpy
+
+    labels = [c[0] for c in CANDIDATES] + ["rule"]
+    rows = [r for r in records if r.get("times")]
+    if not rows:
+        raise ValueError("no timed geometries to fit")
+    X = numpy.array([[r["features"][f] for f in FEATURES] for r in rows], dtype=float)
+    cost = numpy.empty((len(rows), len(labels)))
+    for g, r in enumerate(rows):
+        times = r["times"]
+        best = min(times.values())
+        rule = math.log2(times[r["rule"]] / best)
+        for c, label in enumerate(labels[:-1]):
+            cost[g, c] = math.log2(times[label] / best) if label in times else rule
+        cost[g, -1] = rule
+    ids = [0]
+
+    def leaf(idx: Any) -> Dict[str, Any]:
+        total = cost[idx].sum(axis=0)
+        c = int(numpy.argmin(total[:-1]))
+        if total[-1] <= total[c] + 1e-9:  # a tie keeps the rules
+            c = len(labels) - 1
+        ids[0] += 1
+        n = len(idx)
+        return {"choice": labels[c], "leaf": ids[0] - 1, "n": n,
+                "mean_slowdown": round(2 ** (total[c] / n), 4),
+                "rule_slowdown": round(2 ** (total[-1] / n), 4)}
+
+    def grow(idx: Any, depth: int) -> Dict[str, Any]:
+        here = cost[idx].sum(axis=0).min()
+        best = None
+        if depth < max_depth and len(idx) >= 2 * min_leaf:
+            for fi in range(len(FEATURES)):
+                order = idx[numpy.argsort(X[idx, fi], kind="stable")]
+                vals = X[order, fi]
+                csum = numpy.cumsum(cost[order], axis=0)
+                # a split after position k: cost[:k+1] to the left, the rest right
+                ks = numpy.arange(min_leaf - 1, len(order) - min_leaf)
+                ks = ks[vals[ks] != vals[ks + 1]]
+                if not len(ks):
+                    continue
+                split = csum[ks].min(axis=1) + (csum[-1] - csum[ks]).min(axis=1)
+                j = int(numpy.argmin(split))
+                if best is None or split[j] < best[0]:
+                    k = int(ks[j])
+                    best = (float(split[j]), fi, float(vals[k] + vals[k + 1]) / 2, k)
+        if best is None or here - best[0] < min_gain:
+            return leaf(idx)
+        _, fi, t, _ = best
+        le = idx[X[idx, fi] <= t]
+        gt = idx[X[idx, fi] > t]
+        return {"feature": FEATURES[fi], "threshold": round(float(t), 6),
+                "n": len(idx), "le": grow(le, depth + 1), "gt": grow(gt, depth + 1)}
+
+    tree = grow(numpy.arange(len(rows)), 0)
+    ranges = {f: [float(X[:, i].min()), float(X[:, i].max())] for i, f in enumerate(FEATURES)}
+    return TuningTable.from_dict({"format": FORMAT, "meta": dict(meta, geometries=len(rows)),
+                                  "ranges": ranges, "tree": tree}, "fitted")

@@ -1,0 +1,279 @@
+"""Tuning tables: fitting, validation, where they are found, and the planner's use
+of them (cugather/plan/table.py, plan_gather).  Pure: no GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from cugather.plan import table as tt
+from cugather.plan.core import DeviceLimits, Operand
+from cugather.plan.gather import plan_gather
+
+SM90 = DeviceLimits(arch="sm_90")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tables(monkeypatch, tmp_path):
+    """No user table and no CUGATHER_TUNING unless a test sets one; forget tables read."""
+    monkeypatch.delenv("CUGATHER_TUNING", raising=False)
+    monkeypatch.setenv("CUGATHER_CACHE_DIR", str(tmp_path / "cache"))
+    tt.clear_tables()
+    yield
+    tt.clear_tables()
+
+
+def _record(rng, best_of):
+    """A synthetic timed geometry: times of every candidate, the fastest chosen by
+    ``best_of(features)``, the rules always picking rows/1."""
+    feats = tt.features(int(rng.integers(1, 4096)), int(rng.choice([1, 2, 4, 8, 16])),
+                        int(rng.integers(1, 1000)), int(rng.integers(1, 1 << 20)),
+                        int(rng.integers(1, 1 << 16)), int(rng.choice([4, 8])))
+    best = best_of(feats)
+    times = {c[0]: 1.0 + rng.random() * 0.05 for c in tt.CANDIDATES}
+    times = {k: v * (1.0 if k == best else 2.0) for k, v in times.items()}
+    return {"features": feats, "times": times, "rule": "rows/1"}
+
+
+def _synthetic(n, seed=1):
+    rng = np.random.default_rng(seed)
+    rule = lambda f: "window" if f["row_mod16"] and f["log2_row_bytes"] < 9 else "rows/4"  # noqa: E731
+    return [_record(rng, rule) for _ in range(n)], rule
+
+
+def _table_dict(tree, arch="sm_90", ranges=None):
+    ranges = ranges or {f: [-1e9, 1e9] for f in tt.FEATURES}
+    return {"format": tt.FORMAT, "meta": {"arch": arch}, "ranges": ranges, "tree": tree}
+
+
+# ---------------------------------------------------------------- fitting
+def test_fit_recovers_the_rule_that_made_the_timings_on_unseen_geometries():
+    records, rule = _synthetic(600)
+    table = tt.fit(records, {"arch": "sm_90"}, min_leaf=10)
+    held, _ = _synthetic(300, seed=2)
+    chosen = [table.choose(r["features"]) for r in held]
+    outside = sum(c is None for c in chosen)  # beyond the fitted ranges: the rules decide
+    right = sum(c is not None and c.label == rule(r["features"]) for c, r in zip(chosen, held))
+    assert outside <= 0.06 * len(held)
+    assert right / (len(held) - outside) >= 0.97
+    used = set()
+
+    def walk(node):
+        if "choice" not in node:
+            used.add(node["feature"])
+            walk(node["le"])
+            walk(node["gt"])
+    walk(table.tree)
+    assert used <= {"row_mod16", "log2_row_bytes"} and used  # no spurious splits
+
+
+def test_a_leaf_keeps_the_rules_where_they_are_already_best():
+    rng = np.random.default_rng(3)
+    records = [_record(rng, lambda f: "rows/1") for _ in range(100)]
+    table = tt.fit(records, {"arch": "sm_90"})
+    assert table.choose(records[0]["features"]) is None  # "rule": the planner's own choice
+    assert [leaf["choice"] for leaf in table.leaves()] == ["rule"]
+
+
+def test_inapplicable_candidates_cost_what_the_rules_choice_costs():
+    # slab is fastest where timed, but timed on few geometries: a leaf naming it
+    # would send the others to the rules, which here are slow.
+    rng = np.random.default_rng(4)
+    records = []
+    for k in range(200):
+        r = _record(rng, lambda f: "rows/4")
+        if k % 10 == 0:
+            r["times"]["slab"] = 0.5
+        else:
+            r["times"].pop("slab")
+        records.append(r)
+    table = tt.fit(records, {"arch": "sm_90"})
+    assert table.choose(records[1]["features"]).label == "rows/4"
+
+
+def test_the_fitted_table_round_trips_through_json_and_validation():
+    records, _ = _synthetic(200)
+    table = tt.fit(records, {"arch": "sm_90", "device": "test"})
+    again = tt.TuningTable.from_dict(json.loads(json.dumps(table.to_dict())))
+    for r in records[:50]:
+        a, b = table.choose(r["features"]), again.choose(r["features"])
+        assert (a and (a.label, a.leaf)) == (b and (b.label, b.leaf))
+    assert table.meta["geometries"] == 200
+
+
+# ---------------------------------------------------------------- validation
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.update(format=99), "format must be"),
+    (lambda d: d["meta"].update(arch=90), "meta.arch"),
+    (lambda d: d["ranges"].pop("unit"), "ranges must give"),
+    (lambda d: d["ranges"].update(unit=[3, 1]), "ranges.unit"),
+    (lambda d: d.update(tree={"choice": "fastest", "leaf": 0}), "unknown candidate"),
+    (lambda d: d.update(tree={"choice": "rows/4"}), "integer 'leaf'"),
+    (lambda d: d.update(tree={"feature": "colour", "threshold": 1, "le": {}, "gt": {}}),
+     "a split names"),
+    (lambda d: d.update(tree={"feature": "unit", "threshold": float("nan"),
+                              "le": {"choice": "rule", "leaf": 0},
+                              "gt": {"choice": "rule", "leaf": 1}}), "finite threshold"),
+    (lambda d: d.update(tree=[]), "JSON object"),
+])
+def test_a_bad_table_is_refused_with_the_reason(mutate, match):
+    d = _table_dict({"choice": "rows/4", "leaf": 0})
+    mutate(d)
+    with pytest.raises(tt.TableError, match=match):
+        tt.TuningTable.from_dict(d)
+
+
+def test_a_deep_tree_is_refused():
+    node = {"choice": "rule", "leaf": 0}
+    for _ in range(40):
+        node = {"feature": "unit", "threshold": 1.0, "le": node, "gt": {"choice": "rule",
+                                                                         "leaf": 1}}
+    with pytest.raises(tt.TableError, match="deeper"):
+        tt.TuningTable.from_dict(_table_dict(node))
+
+
+# ---------------------------------------------------------------- where tables come from
+def _write(path, tree, arch="sm_90", ranges=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_table_dict(tree, arch, ranges)))
+    return path
+
+
+def test_cugather_tuning_names_the_table(monkeypatch, tmp_path):
+    p = _write(tmp_path / "mine.json", {"choice": "strided", "leaf": 0})
+    monkeypatch.setenv("CUGATHER_TUNING", str(p))
+    table = tt.table_for("sm_90")
+    assert table is not None and table.source == str(p)
+
+
+def test_the_kernel_cache_folder_holds_the_user_table(tmp_path):
+    p = _write(tmp_path / "cache" / "tuning" / "sm_80.json", {"choice": "chunks", "leaf": 0},
+               arch="sm_80")
+    assert tt.user_table_path("sm_80") == p
+    assert tt.table_for("sm_80").source == str(p)
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 1}), "\xff\xfe"])
+def test_a_damaged_table_is_ignored_with_a_warning(monkeypatch, tmp_path, content):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content.encode("utf-8", "surrogateescape") if content != "\xff\xfe"
+                  else b"\xff\xfe")
+    monkeypatch.setenv("CUGATHER_TUNING", str(p))
+    with pytest.warns(RuntimeWarning, match="ignores the tuning table"):
+        table = tt.table_for("sm_75")
+    assert table is None  # no shipped sm_75 table: the rules decide
+
+
+def test_a_missing_named_table_warns_and_a_table_of_another_gpu_is_not_used(monkeypatch,
+                                                                             tmp_path):
+    monkeypatch.setenv("CUGATHER_TUNING", str(tmp_path / "nowhere.json"))
+    with pytest.warns(RuntimeWarning, match="ignores the tuning table"):
+        tt.table_for("sm_75")
+    tt.clear_tables()
+    p = _write(tmp_path / "a100.json", {"choice": "strided", "leaf": 0}, arch="sm_80")
+    monkeypatch.setenv("CUGATHER_TUNING", str(p))
+    with pytest.warns(RuntimeWarning, match="fitted on sm_80"):
+        assert tt.table_for("sm_75") is None
+
+
+def test_the_shipped_tables_validate():
+    shipped = sorted(tt.SHIPPED.glob("*.json"))
+    for path in shipped:
+        table = tt.load_table(path)
+        assert path.stem == table.arch
+        assert table.meta.get("geometries", 0) >= 2000, path
+    assert any(p.stem == "sm_90" for p in shipped), "the H200's table ships with the package"
+
+
+# ---------------------------------------------------------------- the planner
+def _plan(shape, dtype, axis, n_idx, limits=SM90, index_dtype="int64"):
+    itemsize = np.dtype(dtype).itemsize
+    return plan_gather(Operand.contiguous(shape, itemsize), (n_idx,), index_dtype, axis, "wrap",
+                       limits=limits)
+
+
+def test_the_planner_takes_the_table_s_choice_and_says_so(monkeypatch, tmp_path):
+    tree = {"feature": "log2_row_bytes", "threshold": 2.5,
+            "le": {"choice": "slab", "leaf": 0}, "gt": {"choice": "strided", "leaf": 1}}
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / "t.json", tree)))
+    p = _plan((64, 100), "float32", 1, 5000)          # 4-byte rows: leaf 0
+    assert p.kind == "slab"
+    assert p.chosen_by.startswith("sm_90 tuning table, leaf 0 (slab): log2_row_bytes <= 2.5")
+    assert "chosen by   sm_90 tuning table, leaf 0" in p.describe()
+    p = _plan((1000, 16), "float32", 0, 5000)         # 64-byte rows: leaf 1
+    assert p.kind == "strided" and "leaf 1 (strided)" in p.chosen_by
+
+
+def test_the_rules_decide_where_the_table_cannot(monkeypatch, tmp_path):
+    ranges = {f: [-1e9, 1e9] for f in tt.FEATURES}
+    ranges["log2_picks"] = [0.0, 10.0]
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write(
+        tmp_path / "t.json", {"choice": "inner", "leaf": 0}, ranges=ranges)))
+    p = _plan((1000, 16), "float32", 0, 500)          # inner needs one-unit rows
+    assert p.kind == "rows"
+    assert "names inner, which does not apply" in p.chosen_by
+    p = _plan((1000, 16), "float32", 0, 5000)         # picks beyond the fitted range
+    assert p.kind == "rows" and "leaves this geometry to them" in p.chosen_by
+    p = _plan((1000, 16), "float32", 0, 500, limits=DeviceLimits())   # no arch: rules only
+    assert p.kind == "rows" and p.chosen_by == "rule: rows of several units"
+
+
+def test_a_forced_kind_bypasses_the_table(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / "t.json",
+                                                     {"choice": "strided", "leaf": 0})))
+    p = plan_gather(Operand.contiguous((1000, 16), 4), (50,), "int64", 0, "wrap", limits=SM90,
+                    kind="chunks")
+    assert p.kind == "chunks" and p.chosen_by == ""
+
+
+def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypatch, tmp_path):
+    """Each candidate label maps to a kind plan_gather accepts, and on geometries it
+    applies to the plan's grid covers every output row."""
+    for label, kind, ru in tt.CANDIDATES:
+        monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / f"{kind}{ru}.json",
+                                                         {"choice": label, "leaf": 0})))
+        tt.clear_tables()
+        shape, axis = ((9, 300), 1) if kind in ("scalar", "inner", "slab") else ((300, 24), 0)
+        p = _plan(shape, "float32", axis, 777)
+        assert p.kind == kind, label
+        if ru is not None:
+            assert p.fields["row_unroll"] == ru
+        assert math.prod(p.grid) >= 1
+
+
+def test_features_are_log2_of_counts_and_bytes():
+    f = tt.features(48, 16, 1, 1 << 20, 1000, 8)
+    assert f["log2_row_bytes"] == pytest.approx(math.log2(48))
+    assert f["row_mod16"] == 0 and f["unit"] == 16 and f["index_bytes"] == 8
+    assert f["log2_rows"] == 20 and f["log2_outer"] == 0
+    assert f["log2_table_bytes"] == pytest.approx(math.log2(48 * 1000))
+
+
+def test_no_warning_when_no_table_is_anywhere():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tt.table_for("sm_61") is None
+
+
+def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
+    """``cugather tune --fit RECORDS --out FILE`` (no GPU): held-out report, a valid
+    table, and CUGATHER_TUNING=FILE makes the planner use it."""
+    from cugather.cli.main import main
+
+    records, rule = _synthetic(400)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(dict(r, arch="sm_90", seed=5)) + "\n" for r in records))
+    out = tmp_path / "table.json"
+    assert main(["tune", "--fit", str(path), "--out", str(out)]) == 0
+    table = tt.load_table(out)
+    report = table.meta["held_out"]
+    assert report["geometries"] == 400 and report["held_out"] == 80
+    assert report["table_geomean_slowdown"] < report["rules_geomean_slowdown"]
+    assert table.meta["seeds"] == [5]
+    monkeypatch.setenv("CUGATHER_TUNING", str(out))
+    p = _plan((50, 60000, 40), "int8", 1, 1 << 16)    # 40-byte rows: the synthetic window
+    assert p.kind == "window" and "tuning table" in p.chosen_by
