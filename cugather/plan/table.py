@@ -50,7 +50,7 @@ _KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
 #: Features a table splits on (log2 of counts and byte sizes, so thresholds read
 #: as powers of two).
 FEATURES = ("log2_row_bytes", "unit", "row_mod16", "log2_outer", "log2_picks", "log2_rows",
-            "log2_axis_len", "log2_table_bytes", "index_bytes")
+            "log2_out_bytes", "log2_axis_len", "log2_table_bytes", "index_bytes")
 
 SHIPPED = Path(__file__).with_name("tables")
 _MAX_DEPTH = 32
@@ -70,6 +70,7 @@ def features(row_bytes: int, unit: int, n_outer: int, n_idx: int, axis_len: int,
     return {"log2_row_bytes": lg(row_bytes), "unit": float(unit),
             "row_mod16": float(row_bytes % 16), "log2_outer": lg(n_outer),
             "log2_picks": lg(n_idx), "log2_rows": lg(n_outer * n_idx),
+            "log2_out_bytes": lg(n_outer * n_idx * row_bytes),
             "log2_axis_len": lg(axis_len), "log2_table_bytes": lg(n_outer * axis_len * row_bytes),
             "index_bytes": float(index_bytes)}
 
@@ -258,7 +259,8 @@ def _find(arch: str) -> Optional[TuningTable]:
 
 # ---------------------------------------------------------------- fitting
 def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: int = 12,
-        max_depth: int = 12, min_gain: float = 0.02) -> TuningTable:
+        max_depth: int = 12, min_gain: float = 0.02, penalty: float = 0.0,
+        tolerance: float = 0.25) -> TuningTable:
     """Fit a table to timed geometries.
 
     Parameters
@@ -275,6 +277,10 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         Deepest split.
     min_gain : float
         Least reduction of the summed log2 slowdown a split must bring.
+    penalty, tolerance : float
+        A slowdown beyond ``2**tolerance`` costs ``penalty`` times its excess
+        (in log2) on top: a leaf then avoids a candidate that is best on
+        average but far off on some of its geometries.
 
     Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
     candidate that does not apply costs what the rule's choice costs (the
@@ -290,12 +296,16 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         raise ValueError("no timed geometries to fit")
     X = numpy.array([[r["features"][f] for f in FEATURES] for r in rows], dtype=float)
     cost = numpy.empty((len(rows), len(labels)))
+    def loss(slowdown: float) -> float:
+        x = math.log2(slowdown)
+        return x + penalty * max(0.0, x - tolerance)
+
     for g, r in enumerate(rows):
         times = r["times"]
         best = min(times.values())
-        rule = math.log2(times[r["rule"]] / best)
+        rule = loss(times[r["rule"]] / best)
         for c, label in enumerate(labels[:-1]):
-            cost[g, c] = math.log2(times[label] / best) if label in times else rule
+            cost[g, c] = loss(times[label] / best) if label in times else rule
         cost[g, -1] = rule
     ids = [0]
 

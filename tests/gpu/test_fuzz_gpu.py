@@ -51,6 +51,38 @@ def _record_kind(case: Case, data) -> None:
         _KINDS_SEEN[f"plan raised {type(e).__name__}"] += 1
 
 
+def _forced_twin(case: Case, data, seen, result) -> None:
+    """The same gather through a variant the planner did not choose (one per case,
+    cycling over the kinds that apply): byte for byte the default call's result.
+    Kinds that only a tuning table chooses are reached this way too."""
+    import cupy as cp
+
+    import cugather
+    from cugather.plan.gather import GATHER_KINDS
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    idx = cp.asarray(np.ascontiguousarray(np.asarray(seen)).astype(np.int64))
+    op = cugather.GatherOp(case.axis, mode=case.mode, fill_value=case.fill_value)
+    chosen = op.plan(data, idx).kind
+    applicable = []
+    for kind in GATHER_KINDS:
+        try:
+            plan = op.plan(data, idx, kind=kind)
+        except ValueError:
+            continue
+        if kind != chosen and plan.main is not None and not plan.copy_data:
+            applicable.append((kind, plan))
+    if not applicable:
+        return
+    kind, plan = applicable[_GPU_RUNS[0] % len(applicable)]
+    fill = fill_bytes(case.fill_value, data.dtype) if case.mode == "fill" else None
+    got = run_plan(plan, data, idx, fill=fill)
+    assert got.shape == result.shape, (kind, plan.describe())
+    assert bytes(got.get().tobytes()) == bytes(result.get().tobytes()), (kind, plan.describe())
+    _KINDS_SEEN[f"forced {kind}"] += 1
+
+
 def gpu_call(case: Case, data, indices, out, stream, current):
     """The call, with ``stream=`` or, when ``current``, with ``stream`` made current."""
     if current and stream is not None:
@@ -135,6 +167,8 @@ def gpu_run(case: Case, salt: int, side_stream: bool) -> tuple:
             isinstance(result, cp.ndarray) and result.data.device_id == d_base.data.device_id)
     host_result = result.get() if isinstance(result, cp.ndarray) else result
     _record_kind(case, data)
+    if error is None and case.op in ("gather", "op"):
+        _forced_twin(case, data, seen, result)
     return case.data(base), seen, Outcome(host_result, error, unchanged, kept)
 
 
@@ -151,7 +185,8 @@ def test_gpu_fuzz(case, side_stream):
 
 @pytest.mark.gpu
 def test_gpu_fuzz_reached_every_kernel_kind():
-    """The GPU fuzz above must have planned every gather kernel kind."""
+    """The GPU fuzz above must have reached every gather kernel kind (planned, or forced on
+    a twin of a case)."""
     if _GPU_RUNS[0] < 500:
         pytest.skip(f"needs test_gpu_fuzz to run first with >= 500 examples "
                     f"(ran {_GPU_RUNS[0]})")
@@ -159,7 +194,8 @@ def test_gpu_fuzz_reached_every_kernel_kind():
 
     gather_kinds = set(GATHER_KINDS)
     print("kernel kinds planned by the fuzz:", dict(_KINDS_SEEN))
-    missing = (gather_kinds | {"empty"}) - set(_KINDS_SEEN)
+    reached = {k.replace("forced ", "") for k in _KINDS_SEEN}  # chosen or forced twins
+    missing = (gather_kinds | {"empty"}) - reached
     assert not missing, f"the fuzz never planned {sorted(missing)}: {dict(_KINDS_SEEN)}"
 
 

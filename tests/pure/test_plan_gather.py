@@ -114,9 +114,13 @@ def test_merge_dims_merges_contiguous_dims():
 
 
 def test_describe_names_kernel_and_divisors():
-    text = cugather.GatherOp(0, mode="clip").plan(((1000, 64), "f2"), ((4096,), "int32")).describe()
-    assert "cugather_rows_u16_i32_fast32_clip" in text
+    plan = cugather.GatherOp(0, mode="clip").plan(((1000, 64), "f2"), ((4096,), "int32"))
+    text = plan.describe()
+    assert f"kernel      {plan.key.entry}" in text and plan.key.entry.endswith("_u16_i32_fast32_clip")
     assert "fast_divmod n_div: d=4096" in text and "grid" in text and "block" in text
+    assert "chosen by   sm_90 tuning table, leaf" in text  # op.plan is an H200's plan
+    rules = plan_of(((1000, 64), "f2"), (4096,), index_dtype="int32", mode="clip").describe()
+    assert "cugather_rows_u16_i32_fast32_clip" in rules and "chosen by   rule: rows of" in rules
 
 
 def test_forcing_an_impossible_variant_is_an_error():

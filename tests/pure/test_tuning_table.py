@@ -275,5 +275,5 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
     assert report["table_geomean_slowdown"] < report["rules_geomean_slowdown"]
     assert table.meta["seeds"] == [5]
     monkeypatch.setenv("CUGATHER_TUNING", str(out))
-    p = _plan((50, 60000, 40), "int8", 1, 1 << 16)    # 40-byte rows: the synthetic window
+    p = _plan((50, 60000, 40), "int8", 1, 1 << 18)    # 40-byte rows: the synthetic window
     assert p.kind == "window" and "tuning table" in p.chosen_by
