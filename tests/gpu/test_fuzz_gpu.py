@@ -62,7 +62,7 @@ def _forced_twin(case: Case, data, seen, result) -> None:
     from cugather.runtime import run_plan
     from cugather.validate import fill_bytes
 
-    idx = cp.asarray(np.ascontiguousarray(np.asarray(seen)).astype(np.int64))
+    idx = cp.asarray(np.array(np.asarray(seen), dtype=np.int64, order="C"))  # 0-d stays 0-d
     op = cugather.GatherOp(case.axis, mode=case.mode, fill_value=case.fill_value)
     chosen = op.plan(data, idx).kind
     applicable = []
