@@ -134,8 +134,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
                             out_align, math_name, max_grid or GRID_X_MAX, base)
     if kind in ("scalar", "inner", "slab") and units != 1:
         raise ValueError(f"kernel kind {kind!r} needs rows of one unit; rows here are {units} units")
-    if kind == "inner" and axis_len * row_bytes > limits.max_shared_mem:
-        raise ValueError("kernel kind 'inner' needs the gathered axis to fit in shared memory")
+    if kind == "inner" and (s_axis not in (0, unit) or axis_len * row_bytes > limits.max_shared_mem):
+        raise ValueError(f"kernel kind 'inner' needs a contiguous gathered axis that fits in "
+                         f"shared memory ({limits.max_shared_mem} B); here it is {axis_len} "
+                         f"elements {s_axis} B apart")
     if kind == "slab":
         if s_axis not in (0, unit) or axis_len * row_bytes > _slab_stage(limits):
             raise ValueError(f"kernel kind 'slab' needs contiguous axis rows of at most "

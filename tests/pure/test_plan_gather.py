@@ -128,6 +128,11 @@ def test_forcing_an_impossible_variant_is_an_error():
         plan_of(((10, 8), "f4"), (3,), kind="scalar")
     with pytest.raises(ValueError, match="shared memory"):
         plan_of(((10, 100000), "f4"), (3,), axis=1, kind="inner")
+    # a strided axis: staging copies contiguous bytes, so neither staging kind applies
+    with pytest.raises(ValueError, match="contiguous gathered axis"):
+        plan_of(Operand((5,), (12,), 4), (3,), axis=0, kind="inner")
+    with pytest.raises(ValueError, match="contiguous axis rows"):
+        plan_of(Operand((5,), (12,), 4), (3,), axis=0, kind="slab")
     with pytest.raises(ValueError, match="contiguous rows"):
         plan_of(Operand((4, 5), (8, 40), 8), (3,), axis=0, kind="rows")
 
