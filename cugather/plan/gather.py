@@ -260,7 +260,7 @@ def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_le
     row = axis_len * unit
     target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
     bx = cdiv(n_idx, tuning.MAX_THREADS)  # blocks that cover the indices once
-    fit = max(1, _slab_stage(limits) // row)
+    fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: row 0
     # Whole groups where the indices alone fill the GPU; otherwise smaller groups,
     # so that outer rows give the blocks the indices cannot.
     group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))

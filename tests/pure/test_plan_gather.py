@@ -128,6 +128,9 @@ def test_forcing_an_impossible_variant_is_an_error():
         plan_of(((10, 8), "f4"), (3,), kind="scalar")
     with pytest.raises(ValueError, match="shared memory"):
         plan_of(((10, 100000), "f4"), (3,), axis=1, kind="inner")
+    # an empty axis in fill mode stages nothing and fills every output element
+    p = plan_of(((0,), "u8"), (1,), axis=0, mode="fill", kind="slab")
+    assert p.kind == "slab" and p.shared_mem == 0 and math.prod(p.grid) >= 1
     # a strided axis: staging copies contiguous bytes, so neither staging kind applies
     with pytest.raises(ValueError, match="contiguous gathered axis"):
         plan_of(Operand((5,), (12,), 4), (3,), axis=0, kind="inner")
