@@ -14,7 +14,8 @@ table: nothing is timed during a call.
 Where tables come from, first found wins:
 
 1. ``CUGATHER_TUNING=FILE`` (a table written by ``cugather tune --out FILE``;
-   it serves the architecture it was fitted on);
+   it serves the architecture it was fitted on); ``CUGATHER_TUNING=none``
+   uses no table at all (the rules alone);
 2. ``<kernel cache folder>/tuning/<arch>.json`` (where ``cugather tune``
    writes by default: ``CUGATHER_CACHE_DIR``, else the CuPy cache folder);
 3. the tables shipped in the package (``cugather/plan/tables/<arch>.json``).
@@ -232,6 +233,8 @@ def table_for(arch: str) -> Optional[TuningTable]:
 
 def _find(arch: str) -> Optional[TuningTable]:
     env = os.environ.get("CUGATHER_TUNING")
+    if env == "none":
+        return None
     places: List[Tuple[Path, bool]] = []
     if env:
         places.append((Path(env), True))

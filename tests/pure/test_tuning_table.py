@@ -277,3 +277,10 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
     monkeypatch.setenv("CUGATHER_TUNING", str(out))
     p = _plan((50, 60000, 40), "int8", 1, 1 << 18)    # 40-byte rows: the synthetic window
     assert p.kind == "window" and "tuning table" in p.chosen_by
+
+
+def test_cugather_tuning_none_leaves_every_plan_to_the_rules(monkeypatch):
+    monkeypatch.setenv("CUGATHER_TUNING", "none")
+    assert tt.table_for("sm_90") is None
+    p = _plan((1000, 16), "float32", 0, 500)
+    assert p.chosen_by == "rule: rows of several units (no tuning table for sm_90)"
