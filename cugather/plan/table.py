@@ -16,11 +16,13 @@ Where tables come from, first found wins:
 1. ``CUGATHER_TUNING=FILE`` (a table written by ``cugather tune --out FILE``;
    it serves the architecture it was fitted on); ``CUGATHER_TUNING=none``
    uses no table at all (the rules alone);
-2. ``<kernel cache folder>/tuning/<arch>.json`` (where ``cugather tune``
-   writes by default: ``CUGATHER_CACHE_DIR``, else the CuPy cache folder);
+2. ``<kernel cache folder>/tuning/<arch>.json``, where ``cugather tune``
+   writes by default (``$CUPY_CACHE_DIR/cugather/tuning``; the kernel cache
+   folder defaults to ``~/.cupy/kernel_cache/cugather``);
 3. the tables shipped in the package (``cugather/plan/tables/<arch>.json``).
 
-A table that cannot be read or fails validation is ignored with a warning.
+A table that cannot be read (a missing file, a FIFO, a file over 8 MiB) or
+fails validation is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import threading
 import warnings
 from dataclasses import dataclass
@@ -54,6 +57,7 @@ FEATURES = ("log2_row_bytes", "unit", "row_mod16", "log2_outer", "log2_picks", "
             "log2_out_bytes", "log2_axis_len", "log2_table_bytes", "index_bytes")
 
 SHIPPED = Path(__file__).with_name("tables")
+_MAX_BYTES = 8 << 20
 _MAX_DEPTH = 32
 _MAX_NODES = 4096
 
@@ -201,22 +205,35 @@ def clear_tables() -> None:
 
 
 def load_table(path: Any) -> TuningTable:
-    """Read and validate the table at ``path`` (TableError or OSError on failure)."""
+    """Read and validate the table at ``path`` (TableError or OSError on failure).
+
+    Only a regular file of at most 8 MiB is read, opened without blocking, so
+    a FIFO or a device named by mistake is refused instead of waited on.
+    """
     p = Path(path)
-    with open(p, "rb") as f:
-        raw = f.read(8 << 20)
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TableError("not a regular file")
+        if st.st_size > _MAX_BYTES:
+            raise TableError(f"{st.st_size} bytes, more than a table's {_MAX_BYTES}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
     try:
         d = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise TableError(f"not JSON: {e}") from None
     return TuningTable.from_dict(d, str(p))
 
 
-def user_table_path(arch: str) -> Optional[Path]:
+def user_table_path(arch: str) -> Path:
     """``<kernel cache folder>/tuning/<arch>.json`` (``cugather tune``'s default output)."""
-    root = os.environ.get("CUGATHER_CACHE_DIR") or os.environ.get("CUPY_CACHE_DIR") or \
-        os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")
-    return Path(root) / "tuning" / f"{arch}.json"
+    from ..compile.diskcache import cache_dir
+
+    return Path(cache_dir()) / "tuning" / f"{arch}.json"
 
 
 def table_for(arch: str) -> Optional[TuningTable]:
@@ -238,9 +255,7 @@ def _find(arch: str) -> Optional[TuningTable]:
     places: List[Tuple[Path, bool]] = []
     if env:
         places.append((Path(env), True))
-    user = user_table_path(arch)
-    if user is not None:
-        places.append((user, False))
+    places.append((user_table_path(arch), False))
     places.append((SHIPPED / f"{arch}.json", False))
     for path, named in places:
         if not named and not path.is_file():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 
 import numpy as np
@@ -21,7 +22,7 @@ SM90 = DeviceLimits(arch="sm_90")
 def _fresh_tables(monkeypatch, tmp_path):
     """No user table and no CUGATHER_TUNING unless a test sets one; forget tables read."""
     monkeypatch.delenv("CUGATHER_TUNING", raising=False)
-    monkeypatch.setenv("CUGATHER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cache"))
     tt.clear_tables()
     yield
     tt.clear_tables()
@@ -151,8 +152,8 @@ def test_cugather_tuning_names_the_table(monkeypatch, tmp_path):
 
 
 def test_the_kernel_cache_folder_holds_the_user_table(tmp_path):
-    p = _write(tmp_path / "cache" / "tuning" / "sm_80.json", {"choice": "chunks", "leaf": 0},
-               arch="sm_80")
+    p = _write(tmp_path / "cache" / "cugather" / "tuning" / "sm_80.json",
+               {"choice": "chunks", "leaf": 0}, arch="sm_80")
     assert tt.user_table_path("sm_80") == p
     assert tt.table_for("sm_80").source == str(p)
 
@@ -166,6 +167,21 @@ def test_a_damaged_table_is_ignored_with_a_warning(monkeypatch, tmp_path, conten
     with pytest.warns(RuntimeWarning, match="ignores the tuning table"):
         table = tt.table_for("sm_75")
     assert table is None  # no shipped sm_75 table: the rules decide
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_or_an_oversized_file_is_refused_without_blocking(monkeypatch, tmp_path):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # open() on it would wait for a writer forever
+    monkeypatch.setenv("CUGATHER_TUNING", str(fifo))
+    with pytest.warns(RuntimeWarning, match="not a regular file"):
+        assert tt.table_for("sm_75") is None
+    tt.clear_tables()
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * ((8 << 20) + 1))
+    monkeypatch.setenv("CUGATHER_TUNING", str(big))
+    with pytest.warns(RuntimeWarning, match="more than a table"):
+        assert tt.table_for("sm_75") is None
 
 
 def test_a_missing_named_table_warns_and_a_table_of_another_gpu_is_not_used(monkeypatch,
