@@ -75,7 +75,8 @@ class OpRuntime(PlanCache):
     def remember_native(self, native_key: tuple, key: tuple, launcher_of: Callable) -> None:
         """Memoise ``launcher_of(bound)`` under a front door's ``native_key`` for the
         plan just run under ``key`` (nothing when that plan has no such launcher)."""
-        bound = self.cached(key)
+        memo = self._memo  # the plan just run: looked up without counting a hit
+        bound = memo[1] if memo[0] == key else self._data.get(key)
         launcher = launcher_of(bound) if bound is not None and not bound.copy_data else None
         if launcher is not None:
             self.native = (native_key, launcher)
