@@ -304,7 +304,7 @@ def fast_tensor(runtime: Any, data: Any, indices: Any) -> Any:
 
 
 def remember(runtime: Any, data: Any, indices: Any, d: TorchView, i: TorchView,
-             key: tuple) -> None:
+             key: Tuple[Any, ...]) -> None:
     """After a call that ran ``key`` on views ``d`` and ``i`` of ``data`` and
     ``indices`` as given (nothing converted or resolved), memoise it for :func:`fast`."""
     if d.base is data and i.base is indices and type(indices) is _Tensor:

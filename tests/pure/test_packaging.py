@@ -110,7 +110,9 @@ def test_wheel_carries_the_kernels_templates_and_type_marker(wheel):
     headers = {f"cugather/kernels/{p.name}" for p in (ROOT / "kernels").glob("*.cuh")}
     templates = {f"cugather/templates/{p.name}" for p in (ROOT / "templates").glob("*.j2")}
     assert headers and templates
-    assert headers | templates | {"cugather/py.typed", "cugather/__main__.py"} <= names
+    tables = {f"cugather/plan/tables/{p.name}" for p in (ROOT / "cugather/plan/tables").glob("*.json")}
+    assert "cugather/plan/tables/sm_90.json" in tables
+    assert headers | templates | tables | {"cugather/py.typed", "cugather/__main__.py"} <= names
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "cugather").rglob("*.py")}
     assert modules <= names, f"the wheel lacks {sorted(modules - names)}"
     assert not [n for n in names if n.startswith("tests/")]
