@@ -300,3 +300,30 @@ def test_cugather_tuning_none_leaves_every_plan_to_the_rules(monkeypatch):
     assert tt.table_for("sm_90") is None
     p = _plan((1000, 16), "float32", 0, 500)
     assert p.chosen_by == "rule: rows of several units (no tuning table for sm_90)"
+
+
+def test_the_tuner_records_the_features_the_planner_computes(monkeypatch):
+    """``cugather tune`` records features from the sweep shape; the planner computes
+    them from the operands.  They must agree, or the table would be read with other
+    features than it was fitted on: checked on 300 sweep shapes (C-contiguous data
+    at 256-byte aligned addresses, as the tuner allocates it)."""
+    from cugather.bench import tune
+    from cugather.bench.sweep import draw_shapes
+    from cugather.plan import gather as plan_module
+
+    seen = []
+
+    def spy(limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align):
+        seen.append(tt.features(row_bytes, unit, n_outer, n_idx, axis_len,
+                                4 if index_dtype == "int32" else 8))
+        return "rows", None, "spy"
+
+    monkeypatch.setattr(plan_module, "_choose", spy)
+    for s in draw_shapes(300, seed=12):
+        op = Operand.contiguous(s.shape, s.itemsize)
+        seen.clear()
+        plan_gather(op, s.indices, s.index_dtype, s.axis, "wrap", limits=SM90)
+        assert len(seen) == 1, s.label()
+        recorded = tt.features(s.row_bytes, tune._unit(op, s), s.outer, s.n_indices, s.axis_len,
+                               4 if s.index_dtype == "int32" else 8)
+        assert recorded == seen[0], s.label()
