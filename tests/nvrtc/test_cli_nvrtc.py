@@ -111,11 +111,18 @@ def test_inspect_json_describes_the_plan(capsys):
     assert doc["listing"]["what"] == "source" and "// cugather" in doc["listing"]["text"]
 
 
+def _inspected(mode="raise", indices_shape=(4096,)):
+    """The kernel key ``cugather inspect`` plans with its defaults ((1000, 128) float16,
+    int64 indices, axis 0): an H200's plan, the tuning table's choice included."""
+    return cugather.GatherOp(0, mode=mode).plan(((1000, 128), "float16"),
+                                                (indices_shape, "int64")).key
+
+
 def test_inspect_ptx_replaces_the_source(capsys):
     code, out, _ = run(capsys, "inspect", "--ptx", "--mode", "fill", "--indices-shape", "7,3",
                          "--arch", "sm_90")
     assert code == 0
-    assert "ptx of cugather_rows_u16_i64_fast32_fill (sm_90)" in out and ".version" in out
+    assert f"ptx of {_inspected('fill', (7, 3)).entry} (sm_90)" in out and ".version" in out
     assert "// ---- kernels/" not in out
     code, out, _ = run(capsys, "inspect", "--no-source", "--indices-shape", "")
     assert code == 0 and "ptxas report" in out and "source of" not in out
@@ -126,7 +133,7 @@ def test_inspect_sass_without_tools_fails_clearly(capsys, monkeypatch, tmp_path)
     no_disassembler(monkeypatch, tmp_path)
     code, out, err = run(capsys, "inspect", "--sass")
     assert code == 1 and "ptxas report" in out
-    assert "cannot show SASS of cugather_rows_u16_i64_fast32_raise: nvdisasm" in err
+    assert f"cannot show SASS of {_inspected().entry}: nvdisasm" in err
     code, doc, _ = run_json(capsys, "inspect", "--sass")
     assert code == 1 and doc["listing"]["text"] is None and "nvdisasm" in doc["listing"]["error"]
 
@@ -145,6 +152,6 @@ def test_module_entry_point_runs_in_a_fresh_process(cache):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         doc = json.loads(done.stdout)
-    assert [e["entry"] for e in doc["entries"]] == sorted([ROWS.entry, CHECK.entry])
+    assert [e["entry"] for e in doc["entries"]] == sorted([_inspected().entry, CHECK.entry])
 
 
