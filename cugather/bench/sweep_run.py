@@ -29,6 +29,7 @@ from .sweep import SweepShape, draw_shapes
 from .sweep_report import score, summarize, sweep_chart, sweep_text, why
 
 __all__ = ["run_sweep_command", "run_sweep", "run_shape", "make_table", "peer_notes",
+           "adaptive",
            "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES", "WARMUP"]
 
 TARGET_MS = 40.0
@@ -72,14 +73,16 @@ def make_table(cp, s: SweepShape, seed: int):
     return raw.view(dt).reshape(s.shape)
 
 
-def _adaptive(timer, fn) -> Samples:
-    """Samples of ``timer(fn, repeat, warmup)`` until about TARGET_MS are timed."""
-    first = timer(fn, MIN_SAMPLES, WARMUP)
+def adaptive(timer, fn, target_ms: float = TARGET_MS, min_samples: int = MIN_SAMPLES,
+             max_samples: int = MAX_SAMPLES, warmup: int = WARMUP) -> Samples:
+    """Samples of ``timer(fn, repeat, warmup)`` until about ``target_ms`` are timed
+    (at least ``min_samples``, at most ``max_samples``)."""
+    first = timer(fn, min_samples, warmup)
     total = sum(first)
     more = 0
-    if total < TARGET_MS:
+    if total < target_ms:
         per = max(float(numpy.median(first)), 1e-4)
-        more = min(MAX_SAMPLES - len(first), math.ceil((TARGET_MS - total) / per))
+        more = min(max_samples - len(first), math.ceil((target_ms - total) / per))
     if more <= 0:
         return first
     rest = timer(fn, more, 0)
@@ -117,7 +120,7 @@ def _torch(cp, torch, s, data, idx_pos, ref, res):
     fn = lambda: torch.index_select(td, s.axis, flat).reshape(s.out_shape)  # noqa: E731
     got = cp.from_dlpack(fn().contiguous())
     res["checked"]["torch.index_select"] = _same(got.view(ref.dtype), ref)
-    _record("torch.index_select", _adaptive(lambda f, r, w: time_torch(torch, f, r, w), fn),
+    _record("torch.index_select", adaptive(lambda f, r, w: time_torch(torch, f, r, w), fn),
             s.moved_bytes, res, "torch.cuda events, held stream; non-negative indices" + note)
 
 
@@ -192,14 +195,14 @@ def run_shape(cp, s: SweepShape, seed: int, peers: dict) -> dict:
         rt.memcpyAsync(dst.data.ptr, ref.data.ptr, ref.nbytes, rt.memcpyDeviceToDevice,
                        cp.cuda.get_current_stream().ptr)
 
-    _record("copy", _adaptive(timer, copy), 2 * s.out_bytes, res,
+    _record("copy", adaptive(timer, copy), 2 * s.out_bytes, res,
             "cudaMemcpyAsync of the output bytes, CUDA events, held stream")
     del dst
-    _record("cugather", _adaptive(timer, lambda: op(data, idx)), moved, res,
+    _record("cugather", adaptive(timer, lambda: op(data, idx)), moved, res,
             "GatherOp(mode='wrap'), CUDA events on CuPy's stream, held stream")
     try:
         res["checked"]["cupy.take"] = _same(cp.take(data, idx, axis=s.axis), ref)
-        _record("cupy.take", _adaptive(timer, lambda: cp.take(data, idx, axis=s.axis)), moved,
+        _record("cupy.take", adaptive(timer, lambda: cp.take(data, idx, axis=s.axis)), moved,
                 res, "CUDA events on CuPy's stream, held stream")
     except Exception as e:  # a peer's failure is a result, not the end of the sweep
         _error(res, "cupy.take", e)

@@ -77,17 +77,6 @@ def _label(plan) -> Optional[str]:
     return kind if any(c[0] == kind for c in CANDIDATES) else None
 
 
-def _timed(cp, fn) -> List[float]:
-    from .peers import time_cupy
-
-    first = list(time_cupy(cp, fn, MIN_SAMPLES, WARMUP))
-    per = max(float(numpy.median(first)), 1e-4)
-    more = min(MAX_SAMPLES - len(first), math.ceil((TARGET_MS - sum(first)) / per))
-    if more > 0:
-        first += list(time_cupy(cp, fn, more, 0))
-    return first
-
-
 def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
     """Check and time every applicable candidate of sweep shape ``s``; its record."""
     from ..plan.core import Operand, alignment
@@ -95,7 +84,8 @@ def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
     from ..plan.table import CANDIDATES, features
     from ..runtime.binding import bind
     from ..runtime.launch import CUDA, execute
-    from .sweep_run import make_table
+    from .peers import time_cupy
+    from .sweep_run import adaptive, make_table
 
     rec: Dict[str, Any] = {"shape": s.as_dict(), "times": {}, "errors": {}}
     try:
@@ -134,7 +124,9 @@ def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
                 rec["errors"][label] = "result differs from cupy.take"
                 continue
             del got
-            times = _timed(cp, lambda: execute(bound, data, ptr, idx, None, None, device))
+            times = adaptive(lambda f, r, w: time_cupy(cp, f, r, w),
+                             lambda: execute(bound, data, ptr, idx, None, None, device),
+                             TARGET_MS, MIN_SAMPLES, MAX_SAMPLES, WARMUP)
             rec["times"][label] = float(numpy.median(times))
         except Exception as e:
             rec["errors"][label] = f"{type(e).__name__}: {str(e)[:200]}"

@@ -262,16 +262,14 @@ def _launcher(bound: Any) -> Any:
     return getattr(bound.call, "tensor", None)
 
 
-def fast_key(data: Any, indices: Any) -> Any:
-    """What the front door's memo compares: every attribute of the two tensors a
-    plan depends on or the views would change (None where a tensor has no strides).
-    :func:`fast` builds the same tuple inline."""
-    try:
-        return (data.shape, data.stride(), data.dtype, data.data_ptr() & 255, data.get_device(),
-                indices.shape, indices.stride(), indices.dtype, indices.get_device(),
-                data.is_neg() or data.is_conj() or indices.is_neg())
-    except RuntimeError:  # sparse and other layouts: the views report what is wrong
-        return None
+def _memo_key(data: Any, indices: Any) -> Tuple[Tuple[Any, ...], int]:
+    """(what the front door's memo compares, data's address): every attribute of the
+    two tensors a plan depends on or the views would change.  RuntimeError where a
+    tensor has no strides (sparse and other layouts)."""
+    ptr = data.data_ptr()
+    return (data.shape, data.stride(), data.dtype, ptr & 255, data.get_device(),
+            indices.shape, indices.stride(), indices.dtype, indices.get_device(),
+            data.is_neg() or data.is_conj() or indices.is_neg()), ptr
 
 
 def fast(runtime: Any, data: Any, indices: Any) -> Any:
@@ -292,11 +290,8 @@ def fast_tensor(runtime: Any, data: Any, indices: Any) -> Any:
     if memo[0] is None or type(indices) is not _Tensor:
         return None
     try:
-        ptr = data.data_ptr()
-        key = (data.shape, data.stride(), data.dtype, ptr & 255, data.get_device(),
-               indices.shape, indices.stride(), indices.dtype, indices.get_device(),
-               data.is_neg() or data.is_conj() or indices.is_neg())
-    except RuntimeError:
+        key, ptr = _memo_key(data, indices)
+    except RuntimeError:  # the views report what is wrong
         return None
     if key != memo[0]:
         return None
@@ -308,8 +303,8 @@ def remember(runtime: Any, data: Any, indices: Any, d: TorchView, i: TorchView,
     """After a call that ran ``key`` on views ``d`` and ``i`` of ``data`` and
     ``indices`` as given (nothing converted or resolved), memoise it for :func:`fast`."""
     if d.base is data and i.base is indices and type(indices) is _Tensor:
-        native = fast_key(data, indices)
-        if native is not None and not native[-1]:
+        native, _ = _memo_key(data, indices)  # the views were made: strided tensors
+        if not native[-1]:
             runtime.remember_native(native, key, _launcher)
 
 

@@ -126,22 +126,16 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if not forced:
         kind, row_unroll, base["chosen_by"] = _choose(
             limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align)
+    else:
+        unmet = _unmet(kind, row_bytes, unit, axis_len, s_axis, out_align, limits)
+        if unmet:
+            raise ValueError(f"kernel kind {kind!r} needs {unmet}")
     if kind == "strided":
         return _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align,
                              math_name, max_grid or GRID_X_MAX, base)
     if kind == "window":
         return _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                             out_align, math_name, max_grid or GRID_X_MAX, base)
-    if kind in ("scalar", "inner", "slab") and units != 1:
-        raise ValueError(f"kernel kind {kind!r} needs rows of one unit; rows here are {units} units")
-    if kind == "inner" and (s_axis not in (0, unit) or axis_len * row_bytes > limits.max_shared_mem):
-        raise ValueError(f"kernel kind 'inner' needs a contiguous gathered axis that fits in "
-                         f"shared memory ({limits.max_shared_mem} B); here it is {axis_len} "
-                         f"elements {s_axis} B apart")
-    if kind == "slab":
-        if s_axis not in (0, unit) or axis_len * row_bytes > _slab_stage(limits):
-            raise ValueError(f"kernel kind 'slab' needs contiguous axis rows of at most "
-                             f"{_slab_stage(limits)} bytes")
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
@@ -197,16 +191,21 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
                   (tuning.MAX_THREADS, 1, 1), cdiv(row, 16) * 16)
 
 
-def _applies(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
-             out_align: int, limits: DeviceLimits) -> bool:
-    """Whether kernel ``kind`` can run a contiguous-row geometry."""
-    if kind in ("scalar", "inner", "slab"):
+def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
+           out_align: int, limits: DeviceLimits) -> str:
+    """What kernel ``kind`` needs that a contiguous-row geometry lacks ("" when it
+    can run it): the one test for a forced kind and for a tuning table's choice."""
+    if kind in ("scalar", "inner", "slab") and row_bytes != unit:
+        return f"rows of one unit; rows here are {row_bytes // unit} units"
+    if kind in ("inner", "slab"):
         stage = limits.max_shared_mem if kind == "inner" else _slab_stage(limits)
-        return row_bytes == unit and (kind == "scalar" or (
-            s_axis in (0, unit) and axis_len * row_bytes <= stage))
-    if kind == "window":
-        return row_bytes >= 16 and out_align >= 16
-    return True
+        if s_axis not in (0, unit) or axis_len * row_bytes > stage:
+            return (f"a contiguous gathered axis of at most {stage} bytes to stage in shared "
+                    f"memory; here it is {axis_len} elements {s_axis} B apart")
+    if kind == "window" and (row_bytes < 16 or out_align < 16):
+        return (f"rows of at least 16 bytes and a 16-byte aligned output; rows here are "
+                f"{row_bytes} B, out aligned to {out_align} B")
+    return ""
 
 
 def _rule(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: int,
@@ -241,7 +240,7 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
     choice = tab.choose(feats)
     if choice is None:
         return kind, None, why + f" (the {tab.arch} tuning table leaves this geometry to them)"
-    if not _applies(choice.kind, row_bytes, unit, axis_len, s_axis, out_align, limits):
+    if _unmet(choice.kind, row_bytes, unit, axis_len, s_axis, out_align, limits):
         return kind, None, why + (f" ({tab.arch} table leaf {choice.leaf} names "
                                   f"{choice.label}, which does not apply)")
     return choice.kind, choice.row_unroll, (f"{tab.arch} tuning table, leaf {choice.leaf} "
@@ -304,12 +303,9 @@ def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_alig
 
 def _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                  out_align, math_name, grid_cap, base) -> GatherPlan:
-    # 16-byte chunks of the output: the row length needs no alignment, the
-    # output's base does (16-byte stores); a chunk spans at most two rows.
-    if row_bytes < 16 or out_align < 16:
-        raise ValueError(f"kernel kind 'window' needs rows of at least 16 bytes and a 16-byte "
-                         f"aligned output; rows here are {row_bytes} B, out aligned to "
-                         f"{out_align} B")
+    # 16-byte chunks of the output (plan_gather checked _unmet): the row length
+    # needs no alignment, the output's base does (16-byte stores); a chunk spans
+    # at most two rows.
     rows = n_outer * n_idx
     out_bytes = rows * row_bytes
     chunks = cdiv(out_bytes, 16)

@@ -89,7 +89,6 @@ class Choice:
     row_unroll: Optional[int]
     leaf: int
     why: str       # the path of conditions to the leaf
-    source: str    # the table's origin
 
 
 class TuningTable:
@@ -164,8 +163,7 @@ class TuningTable:
         if label == "rule":
             return None
         kind, ru = _KIND_OF[label]
-        return Choice(label, kind, ru, int(node["leaf"]), " and ".join(path) or "every geometry",
-                      self.source)
+        return Choice(label, kind, ru, int(node["leaf"]), " and ".join(path) or "every geometry")
 
 
 def _is_number(v: Any) -> bool:

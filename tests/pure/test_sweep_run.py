@@ -229,7 +229,7 @@ def test_adaptive_sample_count(ms, expected):
     def timer(fn, repeat, warmup):
         calls.append((repeat, warmup))
         return Samples([ms] * repeat)
-    got = sweep_run._adaptive(timer, lambda: None)
+    got = sweep_run.adaptive(timer, lambda: None)
     assert len(got) == expected
     assert calls[0] == (sweep_run.MIN_SAMPLES, sweep_run.WARMUP)
     assert all(w == 0 for _, w in calls[1:])
