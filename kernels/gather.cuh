@@ -377,16 +377,10 @@ __device__ __forceinline__ uint4 load_block(u64 q, u64 lo, u64 hi)
     return v;
 }
 
-// The 16 bytes at address p (any alignment): two aligned blocks, shifted.
-__device__ __forceinline__ uint4 load_window(u64 p, u64 lo, u64 hi)
+// Bytes [s, s + 16) of the 32 bytes a, b (0 <= s < 16): words a.x .. b.w hold
+// them; take the words from q = s / 4 on, shifted right by r = 8 (s mod 4) bits.
+__device__ __forceinline__ uint4 window16(const uint4& a, const uint4& b, u32 s)
 {
-    const u64 base = p & ~(u64)15;
-    const u32 s = (u32)(p & 15);
-    const uint4 a = load_block(base, lo, hi);
-    if (s == 0) return a;
-    const uint4 b = load_block(base + 16, lo, hi);
-    // words a.x .. b.w hold bytes [base, base + 32); take 16 from byte s: the
-    // words from q = s / 4 on, shifted right by r = 8 (s mod 4) bits
     const u32 q = s >> 2, r = (s & 3) * 8;
     const u32 w0 = q == 0 ? a.x : q == 1 ? a.y : q == 2 ? a.z : a.w;
     const u32 w1 = q == 0 ? a.y : q == 1 ? a.z : q == 2 ? a.w : b.x;
@@ -399,6 +393,30 @@ __device__ __forceinline__ uint4 load_window(u64 p, u64 lo, u64 hi)
     v.z = __funnelshift_r(w2, w3, r);
     v.w = __funnelshift_r(w3, w4, r);
     return v;
+}
+
+// load_block for kernels that read many blocks per thread: the edge case
+// (bytes of the first or last block of data) out of line, which keeps the
+// unrolled code small.
+__device__ __noinline__ uint4 load_edge_block(u64 q, u64 lo, u64 hi)
+{
+    return load_block(q, lo, hi);
+}
+
+__device__ __forceinline__ uint4 load_block_lean(u64 q, u64 lo, u64 hi)
+{
+    if (q >= lo && q + 16 <= hi) return __ldg((const uint4*)q);
+    return load_edge_block(q, lo, hi);
+}
+
+// The 16 bytes at address p (any alignment): two aligned blocks, shifted.
+__device__ __forceinline__ uint4 load_window(u64 p, u64 lo, u64 hi)
+{
+    const u64 base = p & ~(u64)15;
+    const u32 s = (u32)(p & 15);
+    const uint4 a = load_block(base, lo, hi);
+    if (s == 0) return a;
+    return window16(a, load_block(base + 16, lo, hi), s);
 }
 
 // Bytes [0, n) of x, then bytes [n, 16) of y (0 < n < 16).
@@ -443,7 +461,81 @@ __device__ __forceinline__ uint4 window_chunk(const WindowArgs& a, typename M::I
     return v;
 }
 
-template <class U, class Idx, class M, int MODE>
+// ---------------------------------------------------------------------------
+// pack: rows shorter than 16 bytes (at least 2) at any alignment, written to
+// the contiguous output as 16-byte chunks through the window kernel's loop.
+// Chunk c covers output bytes [16c, 16c + 16): the end of row R = 16c /
+// row_bytes and the rows after it, CG_PACK_ROWS at most (9 for 2-byte rows:
+// 1 + 7 x 2 + 1 bytes).  Each row's part lies in one aligned 16-byte block of
+// data, or two where it crosses a block boundary (the second is read only
+// then); it is shifted to its place in the chunk and merged under a byte mask.
+// The rows kernel moves a 3-byte row as three 1-byte loads and three 1-byte
+// stores, each a separate L1 wavefront per row; here one 16-byte load brings
+// the row and a 16-byte store writes five rows and a part.
+// ---------------------------------------------------------------------------
+#if !defined(CG_PACK_ROWS)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+// Word w of a 16-byte mask given as 16 bits, one per byte.
+__device__ __forceinline__ u32 byte_mask(u32 bits, int w)
+{
+    const u32 m4 = (bits >> (4 * w)) & 15u;
+    // bits 0..3 to bytes 0..3: the four shifted copies of m4 do not overlap
+    return ((m4 * 0x204081u) & 0x01010101u) * 0xFFu;
+}
+
+template <class Idx, class M, int MODE>
+__device__ __forceinline__ uint4 pack_chunk(const WindowArgs& a, typename M::Ix c, u64 lo,
+                                            u64 hi, const uint4 fillv)
+{
+    typedef typename M::Ix Ix;
+    Ix row, off, o, n;
+    divmod<M>(a.row_div, c * 16, row, off);
+    divmod<M>(a.n_div, row, o, n);
+    const Ix n_idx = (Ix)a.n_div.d, rows = (Ix)a.rows;
+    const u32 rb = (u32)a.row_bytes;
+    const Idx* idx = (const Idx*)a.indices;
+    uint4 v = fillv;
+    u32 d = 0;              // where this row's part starts in the chunk
+    u32 start = (u32)off;   // and in the row
+#pragma unroll
+    for (int k = 0; k < CG_PACK_ROWS; ++k) {
+        if (d < 16 && row < rows) {
+            const u32 len = rb - start < 16u - d ? rb - start : 16u - d;
+            i64 i = load_index(idx + n);
+            if (resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n)) {
+                const u64 p = (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis) + start;
+                const u32 s = (u32)p & 15u;
+                const uint4 b0 = load_block_lean(p - s, lo, hi);
+                const uint4 b1 = s + len > 16 ? load_block_lean(p - s + 16, lo, hi) : b0;
+                // Chunk byte j takes data byte p + j - d: a window of (b0, b1) from
+                // s - d, or of (b0, b0) from 16 + s - d when the part moves right
+                // (then it cannot cross into b1, and b0's first copy stays masked).
+                const uint4 w = window16(b0, b1, (s - d) & 15u);
+                const u32 bits = ((1u << len) - 1u) << d;
+                u32 m = byte_mask(bits, 0);
+                v.x = (w.x & m) | (v.x & ~m);
+                m = byte_mask(bits, 1);
+                v.y = (w.y & m) | (v.y & ~m);
+                m = byte_mask(bits, 2);
+                v.z = (w.z & m) | (v.z & ~m);
+                m = byte_mask(bits, 3);
+                v.w = (w.w & m) | (v.w & ~m);
+            }
+            d += len;
+            start = 0;
+            ++row;
+            if (++n == n_idx) {
+                n = 0;
+                ++o;
+            }
+        }
+    }
+    return v;
+}
+
+template <class U, class Idx, class M, int MODE, bool PACK = false>
 __device__ __forceinline__ void gather_window(const WindowArgs& a)
 {
     typedef typename M::Ix Ix;
@@ -459,7 +551,9 @@ __device__ __forceinline__ void gather_window(const WindowArgs& a)
 #pragma unroll
         for (int k = 0; k < CG_WINDOW_ILP; ++k) {
             const Ix c = base + (Ix)k * bs;
-            v[k] = c < chunks ? window_chunk<Idx, M, MODE>(a, c, lo, hi, fillv) : fillv;
+            v[k] = c >= chunks ? fillv
+                   : PACK  ? pack_chunk<Idx, M, MODE>(a, c, lo, hi, fillv)
+                           : window_chunk<Idx, M, MODE>(a, c, lo, hi, fillv);
         }
 #pragma unroll
         for (int k = 0; k < CG_WINDOW_ILP; ++k) {
@@ -478,6 +572,12 @@ __device__ __forceinline__ void gather_window(const WindowArgs& a)
             }
         }
     }
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_pack(const WindowArgs& a)
+{
+    gather_window<U, Idx, M, MODE, true>(a);
 }
 
 // ---------------------------------------------------------------------------

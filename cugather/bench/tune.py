@@ -2,7 +2,7 @@
 and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
 
     python -m cugather tune [--geometries 2000] [--seed 1000] [--out FILE]
-                            [--records FILE] [--time-limit S]
+                            [--records FILE] [--time-limit S] [--only KIND]
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
 
 The shipped H200 table (``cugather/plan/tables/sm_90.json``) is
@@ -17,6 +17,10 @@ with the device's limits, bound once, checked byte for byte against
 warm-up calls, then samples until about :data:`TARGET_MS` are timed, at
 least :data:`MIN_SAMPLES`), median kept.  One JSON line per geometry goes to
 ``--records`` as it is timed, so a run cut short keeps what it measured.
+``--only KIND`` times only the geometries that kernel kind applies to (a new
+kernel's geometries, timed again with every candidate); ``--fit`` then takes
+the old records and the new ones, and a later record of the same seed and
+geometry index replaces an earlier one.
 
 The fit holds out every fifth geometry first and reports, on those, the mean
 slowdown against the fastest candidate of the table's choice and of the
@@ -65,6 +69,8 @@ def add_arguments(p) -> None:
                    help="fit from these record files only (JSON lines, or .gz of them; no GPU "
                         "needed)")
     p.add_argument("--min-leaf", type=int, default=12, help="fewest geometries per leaf")
+    p.add_argument("--only", default=None, metavar="KIND",
+                   help="time only the geometries kernel kind KIND applies to")
 
 
 def _label(plan) -> Optional[str]:
@@ -77,8 +83,10 @@ def _label(plan) -> Optional[str]:
     return kind if any(c[0] == kind for c in CANDIDATES) else None
 
 
-def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
-    """Check and time every applicable candidate of sweep shape ``s``; its record."""
+def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None
+               ) -> Optional[Dict[str, Any]]:
+    """Check and time every applicable candidate of sweep shape ``s``; its record
+    (None when kind ``only`` is given and does not apply)."""
     from ..plan.core import Operand, alignment
     from ..plan.gather import plan_gather
     from ..plan.table import CANDIDATES, features
@@ -87,6 +95,13 @@ def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
     from .peers import time_cupy
     from .sweep_run import adaptive, make_table
 
+    limits = CUDA.limits(device)
+    if only is not None:  # on the layout make_table gives: C-contiguous, 256-byte aligned
+        try:
+            plan_gather(Operand.contiguous(s.shape, s.itemsize), s.indices, s.index_dtype,
+                        s.axis, "wrap", limits=limits, kind=only)
+        except ValueError:
+            return None
     rec: Dict[str, Any] = {"shape": s.as_dict(), "times": {}, "errors": {}}
     try:
         data = make_table(cp, s, seed)
@@ -99,7 +114,6 @@ def tune_shape(cp, s, seed: int, device: int) -> Dict[str, Any]:
         return rec
     ptr = data.data.ptr
     operand = Operand(data.shape, data.strides, data.itemsize, alignment(ptr))
-    limits = CUDA.limits(device)
     rules = type(limits)(limits.sm_count, limits.max_shared_mem, "")
     args = (operand, s.indices, s.index_dtype, s.axis, "wrap")
     rule_plan = plan_gather(*args, limits=rules)
@@ -194,15 +208,26 @@ def _slowdowns(table, records) -> Dict[str, Any]:
 
 
 def _read_records(paths) -> List[Dict[str, Any]]:
+    """The records of ``paths`` in order; a record of the same seed and geometry
+    index as an earlier one (a run with ``--only``) takes that one's place."""
     import gzip
 
-    out = []
+    out: List[Dict[str, Any]] = []
+    where: Dict[Any, int] = {}
     for p in paths:
         with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as f:
             for line in f:
                 line = line.strip()
-                if line:
-                    out.append(json.loads(line))
+                if not line:
+                    continue
+                rec = json.loads(line)
+                key = (rec.get("seed"), rec.get("index"))
+                if None not in key and key in where:
+                    out[where[key]] = rec
+                    continue
+                if None not in key:
+                    where[key] = len(out)
+                out.append(rec)
     return out
 
 
@@ -220,8 +245,14 @@ def run(args) -> int:
         return _write(records, meta, args.out or str(user_table_path(arch)), args.min_leaf)
 
     from .. import validate
+    from ..plan.gather import GATHER_KINDS
     from ..runtime.launch import CUDA
     from .sweep import draw_shapes
+
+    if args.only is not None and args.only not in GATHER_KINDS:
+        print(f"--only must be one of {', '.join(GATHER_KINDS)}, got {args.only!r}",
+              file=sys.stderr)
+        return 2
 
     cp = validate.cupy_module()
     device = cp.cuda.Device().id
@@ -240,7 +271,9 @@ def run(args) -> int:
             if args.time_limit is not None and time.perf_counter() - t0 > args.time_limit:
                 print(f"time limit reached after {i} geometries", flush=True)
                 break
-            rec = tune_shape(cp, s, args.seed * 1_000_003 + args.start + i, device)
+            rec = tune_shape(cp, s, args.seed * 1_000_003 + args.start + i, device, args.only)
+            if rec is None:
+                continue
             rec.update(arch=arch, device=name, seed=args.seed, index=args.start + i)
             records.append(rec)
             f.write(json.dumps(rec) + "\n")

@@ -21,7 +21,7 @@ from .keys import KernelKey
 
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "strided")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "strided")
 
 
 @dataclass(frozen=True)
@@ -133,9 +133,9 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if kind == "strided":
         return _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align,
                              math_name, max_grid or GRID_X_MAX, base)
-    if kind == "window":
-        return _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
-                            out_align, math_name, max_grid or GRID_X_MAX, base)
+    if kind in ("window", "pack"):
+        return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
+                            mode, out_align, math_name, max_grid or GRID_X_MAX, base)
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
@@ -204,6 +204,9 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
                     f"memory; here it is {axis_len} elements {s_axis} B apart")
     if kind == "window" and (row_bytes < 16 or out_align < 16):
         return (f"rows of at least 16 bytes and a 16-byte aligned output; rows here are "
+                f"{row_bytes} B, out aligned to {out_align} B")
+    if kind == "pack" and not (2 <= row_bytes < 16 and out_align >= 16):
+        return (f"rows of 2 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
     return ""
 
@@ -301,11 +304,11 @@ def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_alig
                       **base)
 
 
-def _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                  out_align, math_name, grid_cap, base) -> GatherPlan:
     # 16-byte chunks of the output (plan_gather checked _unmet): the row length
     # needs no alignment, the output's base does (16-byte stores); a chunk spans
-    # at most two rows.
+    # at most two rows (window) or tuning.PACK_ROWS (pack).
     rows = n_outer * n_idx
     out_bytes = rows * row_bytes
     chunks = cdiv(out_bytes, 16)
@@ -316,7 +319,7 @@ def _plan_window(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, 
                   row_bytes=row_bytes, out_bytes=out_bytes, chunks=chunks, lo=lo, hi=hi,
                   n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))
     grid = (min(cdiv(chunks, tuning.MAX_THREADS * tuning.WINDOW_ILP), grid_cap), 1, 1)
-    main = Launch(KernelKey("window", 16, index_dtype, mname, mode), fields, grid,
+    main = Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid,
                   (tuning.MAX_THREADS, 1, 1))
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
                                         f"{tuning.WINDOW_ILP} per thread", **base)

@@ -70,6 +70,31 @@ def test_forced_variants(kind, math_name, mode):
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
 
 
+@pytest.mark.parametrize("row_bytes", range(2, 16))
+@pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
+def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
+    """The pack kernel on rows of 2 to 15 bytes at every offset from a 16-byte
+    boundary, from a leading and a middle axis, over several blocks."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    rng = np.random.default_rng(row_bytes)
+    n = 1000
+    for shift in (0, 1, 5, 8, 15):
+        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
+            host = rng.integers(0, 256, shape, dtype=np.uint8)
+            raw = cp.zeros(host.size + 32, cp.uint8)
+            data = raw[shift:shift + host.size].reshape(shape)
+            data[...] = cp.asarray(host)
+            idx = random_indices(rng, (5000,), n, "int32", out_of_range=mode != "raise")
+            plan = cugather.GatherOp(axis, mode=mode, fill_value=0xA5).plan(data, idx, kind="pack")
+            assert plan.key.kind == "pack"
+            fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
+            got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+            want = gather_ref(host, idx, axis, mode, 0xA5)
+            assert_same(got.get(), want, f"rows of {row_bytes} B at offset {shift}, {shape}")
+
+
 @pytest.mark.parametrize("view", ["slice", "transpose", "negative", "step", "offset1"])
 @pytest.mark.parametrize("axis", [0, 1, 2])
 @pytest.mark.parametrize("mode", MODES)

@@ -212,7 +212,8 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
     """Without out= the gather kernel itself names the first bad index it reads (one
     launch); with out= the check kernel runs first, nothing after it, and out= stays
     untouched."""
-    shape, axis = ((4, 60), 1) if kind in ("scalar", "inner", "slab") else ((60, 5), 0)
+    shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab") else
+                   ((60, 3), 0) if kind == "pack" else ((60, 5), 0))
     case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,
                 bad_at=(650, 333, 512), force=(("kind", kind), ("max_grid", 1)),
                 with_out=with_out)
@@ -258,6 +259,33 @@ def test_unaligned_elements(mode):
         assert_same(got, want, f"mode={mode} indices={idx.tolist()} {force}")
         ran = [(k.kind, k.unit) for k, *_ in runner.last_launches() if k.kind != "check"]
         assert ran == [(kind, unit)], runner.last_launches()
+
+
+@pytest.mark.parametrize("row_bytes", range(2, 16))
+@pytest.mark.parametrize("mode", ["wrap", "fill"])
+def test_pack_every_row_length_and_alignment(row_bytes, mode):
+    """The pack kernel on rows of 2 to 15 bytes starting at every offset from a
+    16-byte boundary, data from a leading and a middle axis (a chunk's rows then
+    cross from one outer slice to the next), against numpy.take."""
+    rng = np.random.default_rng(row_bytes * 31 + (mode == "fill"))
+    n = 23
+    for shift in range(16):
+        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
+            size = int(np.prod(shape))
+            raw = runner.device_empty((size + 32,), np.uint8)
+            data = raw[shift:shift + size].reshape(shape)
+            data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+            idx = rng.integers(-n - 4 if mode == "fill" else -3 * n, 2 * n, size=37)
+            got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="pack")
+            ok = (idx >= -n) & (idx < n)
+            want = np.take(data, idx % n if mode == "wrap" else np.where(ok, idx % n, 0), axis)
+            if mode == "fill":
+                sel = [slice(None)] * want.ndim
+                sel[axis] = ~ok
+                want[tuple(sel)] = 0xA5
+            assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
+            ran = [k.kind for k, *_ in runner.last_launches()]
+            assert ran == ["pack"], runner.last_launches()
 
 
 def test_empty_and_scalar_indices():

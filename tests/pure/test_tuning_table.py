@@ -253,7 +253,8 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
         monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / f"{kind}{ru}.json",
                                                          {"choice": label, "leaf": 0})))
         tt.clear_tables()
-        shape, axis = ((9, 300), 1) if kind in ("scalar", "inner", "slab") else ((300, 24), 0)
+        shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab") else
+                       ((300, 3), 0) if kind == "pack" else ((300, 24), 0))
         p = _plan(shape, "float32", axis, 777)
         assert p.kind == kind, label
         if ru is not None:
@@ -293,6 +294,21 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
     monkeypatch.setenv("CUGATHER_TUNING", str(out))
     p = _plan((50, 60000, 40), "int8", 1, 1 << 18)    # 40-byte rows: the synthetic window
     assert p.kind == "window" and "tuning table" in p.chosen_by
+
+
+def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):
+    """``--fit OLD NEW`` of a run with ``--only``: NEW's records of a seed and index
+    take the place of OLD's, records of other geometries stay, in OLD's order."""
+    from cugather.bench.tune import _read_records
+
+    def line(seed, index, t):
+        return json.dumps({"seed": seed, "index": index, "times": {"rows/1": t}}) + "\n"
+
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text(line(1, 0, 1.0) + line(1, 1, 2.0) + line(2, 1, 3.0) + "\n")
+    new.write_text(line(1, 1, 9.0) + line(1, 7, 4.0))
+    got = [(r["seed"], r["index"], r["times"]["rows/1"]) for r in _read_records([old, new])]
+    assert got == [(1, 0, 1.0), (1, 1, 9.0), (2, 1, 3.0), (1, 7, 4.0)]
 
 
 def test_cugather_tuning_none_leaves_every_plan_to_the_rules(monkeypatch):

@@ -56,9 +56,11 @@ import numpy as np  # noqa: E402
 
 #: dtype whose item size is the unit (bytes are what kernels move).
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
+#: Kinds whose unit is not the element: pack moves rows shorter than its unit.
+KIND_DTYPES = {"pack": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "strided")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "strided")
 SHARED_KINDS = ("inner", "slab")  # kinds whose kernels stage data in shared memory
 
 
@@ -92,6 +94,7 @@ CANDIDATES = {
     "slab": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
              Geometry((40,), 0, (3, 7))],
     "window": [Geometry((50, 3), 0, (330,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
+    "pack": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
     "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
@@ -396,7 +399,7 @@ def target_keys(kinds=None, shared_only=False):
 def run_key(key, rng, tally: Tally, failures: list, max_cases: int,
             plan_only: bool = False) -> None:
     cp = _HostArrays if plan_only else _cp()
-    dtype = UNIT_DTYPES[key.unit]
+    dtype = KIND_DTYPES.get(key.kind, UNIT_DTYPES[key.unit])
     fill = FILLS[dtype]
     runner_type = RUNNERS.get(key.kind)
     if runner_type is None:
