@@ -205,8 +205,8 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "window" and (row_bytes < 16 or out_align < 16):
         return (f"rows of at least 16 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
-    if kind == "pack" and not (2 <= row_bytes < 16 and out_align >= 16):
-        return (f"rows of 2 to 15 bytes and a 16-byte aligned output; rows here are "
+    if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
+        return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
     return ""
 
@@ -318,8 +318,9 @@ def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_d
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
                   row_bytes=row_bytes, out_bytes=out_bytes, chunks=chunks, lo=lo, hi=hi,
                   n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))
-    grid = (min(cdiv(chunks, tuning.MAX_THREADS * tuning.WINDOW_ILP), grid_cap), 1, 1)
+    ilp = tuning.PACK_ILP if kind == "pack" else tuning.WINDOW_ILP
+    grid = (min(cdiv(chunks, tuning.MAX_THREADS * ilp), grid_cap), 1, 1)
     main = Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid,
                   (tuning.MAX_THREADS, 1, 1))
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
-                                        f"{tuning.WINDOW_ILP} per thread", **base)
+                                        f"{ilp} per thread", **base)

@@ -40,9 +40,12 @@ SLAB_BLOCKS_PER_SM = 8
 # 4- and 8-byte units the rows kernel was 2-40% faster).
 WINDOW_ILP = 2
 WINDOW_MAX_ROW = 2048
-# pack (rows of 2 to 15 bytes as 16-byte chunks, the window kernel's loop): rows a
-# chunk may touch at most, 1 + 7 + 1 for 2-byte rows.
-PACK_ROWS = 9
+# pack (rows of 3 to 15 bytes as 16-byte chunks, the window kernel's loop): rows a
+# chunk may touch at most, 1 + 5 for 3-byte rows (2-byte rows would need 9, whose
+# loads in flight spill); chunks per thread (one: the loads of its six rows are in
+# flight together, 106 registers, two blocks per SM).
+PACK_ROWS = 6
+PACK_ILP = 1
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
 # nd: rows per thread for rows of at most MAX_THREADS units (2 beat 1, 4, 8),
@@ -100,6 +103,7 @@ KERNEL_DEFINES = {
     "CG_STAGE_ILP": STAGE_ILP,
     "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_PACK_ROWS": PACK_ROWS,
+    "CG_PACK_ILP": PACK_ILP,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ND_SHORT_RU": ND_SHORT_RU,
     "CG_ND_LONG_CU": ND_LONG_CU,

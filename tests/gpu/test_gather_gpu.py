@@ -70,10 +70,10 @@ def test_forced_variants(kind, math_name, mode):
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
 
 
-@pytest.mark.parametrize("row_bytes", range(2, 16))
+@pytest.mark.parametrize("row_bytes", range(3, 16))
 @pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
 def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
-    """The pack kernel on rows of 2 to 15 bytes at every offset from a 16-byte
+    """The pack kernel on rows of 3 to 15 bytes at every offset from a 16-byte
     boundary, from a leading and a middle axis, over several blocks."""
     from cugather.runtime import run_plan
     from cugather.validate import fill_bytes

@@ -149,16 +149,16 @@ def _window(key: KernelKey) -> list:
 
 @register("pack")
 def _pack(key: KernelKey) -> list:
-    # Rows of 2 to 15 bytes, several per 16-byte chunk: 7-byte rows over several
+    # Rows of 3 to 15 bytes, several per 16-byte chunk: 7-byte rows over several
     # blocks with a partial last chunk, 10-byte rows of several outer slices (the
     # chunk's rows cross from one slice to the next) at every alignment on a
-    # grid of one block, 2-byte rows (nine rows in a chunk), 12-byte rows.
+    # grid of one block, 3-byte rows (six rows in a chunk), 12-byte rows.
     return [
         Case((50, 7), axis=0, index_shape=(1300,), **_window_common(key, "blocks", "uint8")),
         Case((3, 40, 5), axis=1, index_shape=(20, 11), layout="offset",
              **_window_common(key, "offset", "int16", max_grid=1)),
-        Case((4, 9, 2), axis=1, index_shape=(50,), layout="offset",
-             **_window_common(key, "two", "uint8")),
+        Case((4, 9, 3), axis=1, index_shape=(50,), layout="offset",
+             **_window_common(key, "three", "uint8")),
         Case((7, 3), axis=0, index_shape=(9,), **_window_common(key, "small", "float32")),
     ]
 
