@@ -465,9 +465,10 @@ __device__ __forceinline__ uint4 window_chunk(const WindowArgs& a, typename M::I
 // pack: rows of 3 to 15 bytes at any alignment, written to the contiguous
 // output as 16-byte chunks through the window kernel's loop.  Chunk c covers
 // output bytes [16c, 16c + 16): the end of row R = 16c / row_bytes and the
-// rows after it, CG_PACK_ROWS at most (6 for 3-byte rows: 1 + 5 x 3 bytes).  Each row's part lies in one aligned 16-byte block of
-// data, or two where it crosses a block boundary (the second is read only
-// then); it is shifted to its place in the chunk and merged under a byte mask.
+// rows after it, CG_PACK_ROWS at most (6 for 3-byte rows: 1 + 5 x 3 bytes).
+// Each row's part lies in one aligned 16-byte block of data, or two where it
+// crosses a block boundary (the second is read only then); it is shifted to
+// its place in the chunk and merged under a byte mask.
 // The rows kernel moves a 3-byte row as three 1-byte loads and three 1-byte
 // stores, each a separate L1 wavefront per row; here one 16-byte load brings
 // the row and a 16-byte store writes five rows and a part.
@@ -489,87 +490,47 @@ __device__ __forceinline__ uint4 pack_chunk(const WindowArgs& a, typename M::Ix 
                                             u64 hi, const uint4 fillv)
 {
     typedef typename M::Ix Ix;
-    constexpr int R = CG_PACK_ROWS;
     Ix row, off, o, n;
     divmod<M>(a.row_div, c * 16, row, off);
     divmod<M>(a.n_div, row, o, n);
     const Ix n_idx = (Ix)a.n_div.d, rows = (Ix)a.rows;
     const u32 rb = (u32)a.row_bytes;
     const Idx* idx = (const Idx*)a.indices;
-
-    // In phases, so that every row's index load and then every block load are
-    // in flight together (a loop that loads, waits and merges row by row costs
-    // two memory latencies per row on small grids).
-    // 1. Where each row's part lies: chunk bytes [d, d + len) from row byte start.
-    u32 dk[R], len[R], first[R];
-    Ix ok[R], nk[R];
-    bool act[R];
-    u32 d = 0, start = (u32)off;
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-        act[k] = d < 16 && row < rows;
-        len[k] = act[k] ? (rb - start < 16u - d ? rb - start : 16u - d) : 0u;
-        dk[k] = d;
-        first[k] = start;
-        ok[k] = o;
-        nk[k] = n;
-        d += len[k];
-        start = 0;
-        ++row;
-        if (++n == n_idx) {
-            n = 0;
-            ++o;
-        }
-    }
-    // 2. The indices.
-    i64 ik[R];
-#pragma unroll
-    for (int k = 0; k < R; ++k) ik[k] = act[k] ? load_index(idx + nk[k]) : 0;
-    // 3. The blocks each part lies in (one, or two where it crosses into the
-    //    next); blocks at the edges of data are read byte by byte after the rest.
-    uint4 b0[R], b1[R];
-    u64 q[R];
-    bool keep[R];
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-        keep[k] = act[k] && resolve_checked<MODE>(ik[k], a.axis_len, a.first_bad, (u64)nk[k]);
-        const u64 p = keep[k] ? (u64)(a.data + (i64)ok[k] * a.s_outer + ik[k] * a.s_axis) + first[k]
-                              : lo;
-        q[k] = p & ~(u64)15;
-        const u32 s = (u32)p & 15u;
-        const bool two = keep[k] && s + len[k] > 16;
-        const bool in0 = keep[k] && q[k] >= lo && q[k] + 16 <= hi;
-        const bool in1 = two && q[k] + 32 <= hi;
-        b0[k] = in0 ? __ldg((const uint4*)q[k]) : make_uint4(0, 0, 0, 0);
-        b1[k] = in1 ? __ldg((const uint4*)q[k] + 1) : make_uint4(0, 0, 0, 0);
-        first[k] = s;  // from here on: the part's offset in its first block
-    }
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-        if (keep[k] && !(q[k] >= lo && q[k] + 16 <= hi)) b0[k] = load_block(q[k], lo, hi);
-        if (first[k] + len[k] <= 16)  // b1 unread: the window takes b0 twice
-            b1[k] = b0[k];
-        else if (keep[k] && !(q[k] + 32 <= hi))
-            b1[k] = load_block(q[k] + 16, lo, hi);
-    }
-    // 4. Each part shifted to its place and merged under a byte mask: chunk byte
-    //    j takes data byte p + j - d, a window of (b0, b1) from s - d, or of
-    //    (b0, b0) from 16 + s - d when the part moves right (it then lies in b0,
-    //    and b0's first copy stays masked).
     uint4 v = fillv;
+    u32 d = 0;              // where this row's part starts in the chunk
+    u32 start = (u32)off;   // and in the row
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
-        if (!keep[k]) continue;
-        const uint4 w = window16(b0[k], b1[k], (first[k] - dk[k]) & 15u);
-        const u32 bits = ((1u << len[k]) - 1u) << dk[k];
-        u32 m = byte_mask(bits, 0);
-        v.x = (w.x & m) | (v.x & ~m);
-        m = byte_mask(bits, 1);
-        v.y = (w.y & m) | (v.y & ~m);
-        m = byte_mask(bits, 2);
-        v.z = (w.z & m) | (v.z & ~m);
-        m = byte_mask(bits, 3);
-        v.w = (w.w & m) | (v.w & ~m);
+    for (int k = 0; k < CG_PACK_ROWS; ++k) {
+        if (d < 16 && row < rows) {
+            const u32 len = rb - start < 16u - d ? rb - start : 16u - d;
+            i64 i = load_index(idx + n);
+            if (resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n)) {
+                const u64 p = (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis) + start;
+                const u32 s = (u32)p & 15u;
+                const uint4 b0 = load_block_lean(p - s, lo, hi);
+                const uint4 b1 = s + len > 16 ? load_block_lean(p - s + 16, lo, hi) : b0;
+                // Chunk byte j takes data byte p + j - d: a window of (b0, b1) from
+                // s - d, or of (b0, b0) from 16 + s - d when the part moves right
+                // (then it cannot cross into b1, and b0's first copy stays masked).
+                const uint4 w = window16(b0, b1, (s - d) & 15u);
+                const u32 bits = ((1u << len) - 1u) << d;
+                u32 m = byte_mask(bits, 0);
+                v.x = (w.x & m) | (v.x & ~m);
+                m = byte_mask(bits, 1);
+                v.y = (w.y & m) | (v.y & ~m);
+                m = byte_mask(bits, 2);
+                v.z = (w.z & m) | (v.z & ~m);
+                m = byte_mask(bits, 3);
+                v.w = (w.w & m) | (v.w & ~m);
+            }
+            d += len;
+            start = 0;
+            ++row;
+            if (++n == n_idx) {
+                n = 0;
+                ++o;
+            }
+        }
     }
     return v;
 }

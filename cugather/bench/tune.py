@@ -5,9 +5,11 @@ and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
                             [--records FILE] [--time-limit S] [--only KIND]
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
 
-The shipped H200 table (``cugather/plan/tables/sm_90.json``) is
-``--fit benchmarks/tune-sm_90-seed1000.jsonl.gz benchmarks/tune-sm_90-seed1001.jsonl.gz``
-of two runs, ``--geometries 2000 --seed 1000`` and ``--seed 1001``.
+The shipped H200 table (``cugather/plan/tables/sm_90.json``) is the ``--fit`` of
+``benchmarks/tune-sm_90-seed1000.jsonl.gz``, ``...-seed1001.jsonl.gz`` (two runs,
+``--geometries 2000 --seed 1000`` and ``--seed 1001``), then
+``...-seed1000-pack.jsonl.gz`` and ``...-seed1001-pack.jsonl.gz`` (the same seeds
+with ``--only pack``, the geometries of the pack kernel timed again).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every

@@ -217,7 +217,10 @@ def _tensor_call(bound: Any, backend: TorchBackend) -> Any:
     g0, g1, g2, b0, b1, b2, shared = config
     shape, dtype, device = bound.out_shape, bound.out_dtype, bound.device
     tdtype, tdevice = _TO_TORCH[dtype], _device(device)
-    empty, ready = torch.empty, ready_contexts
+    # The output is C-contiguous: torch.empty_strided with its strides given costs
+    # 2.2 us per call against torch.empty's 3.4 (H200 machine, interleaved).
+    strides = tuple(s // dtype.itemsize for s in _strides(shape, dtype.itemsize))
+    empty, ready = torch.empty_strided, ready_contexts
     raw_stream: Any = _raw_stream  # both exist: cached_call checked
     get_device: Any = _get_device
 
@@ -225,7 +228,7 @@ def _tensor_call(bound: Any, backend: TorchBackend) -> Any:
         def call(data_ptr: int, iptr: int, indices: Any, *pointers: int) -> Any:
             if get_device() != device or device not in ready.devices:
                 return None
-            t = empty(shape, dtype=tdtype, device=tdevice)
+            t = empty(shape, strides, dtype=tdtype, device=tdevice)
             sptr = raw_stream(device)
             with lock:
                 pack(buf, 0, data_ptr, iptr, t.data_ptr(), 0, *pointers)
@@ -241,7 +244,7 @@ def _tensor_call(bound: Any, backend: TorchBackend) -> Any:
         sptr = raw_stream(device)
         if capturing(sptr):
             raise RuntimeError(CAPTURE_ERROR)
-        t = empty(shape, dtype=tdtype, device=tdevice)
+        t = empty(shape, strides, dtype=tdtype, device=tdevice)
         flag = flags.take()
         try:
             with lock:

@@ -105,7 +105,7 @@ _SPECS = {
     # Rows whose length is not a multiple of 16, moved as 16-byte chunks.
     "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # Rows of 3 to 15 bytes, several per 16-byte chunk, through window's loop.
-    "pack": KindSpec("gather.cuh", "gather_pack", "WindowArgs", units=(16,), min_blocks=2),
+    "pack": KindSpec("gather.cuh", "gather_pack", "WindowArgs", units=(16,), min_blocks=4),
     # The strided fallback of Gather/take: any strides, one unit per thread.
     # Plain division is built for it only, as the reference fast_divmod is
     # measured against.

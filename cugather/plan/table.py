@@ -41,7 +41,7 @@ __all__ = ["CANDIDATES", "FEATURES", "FORMAT", "TuningTable", "Choice", "feature
            "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
 
 #: Version of the table format this code reads and writes.
-FORMAT = 1
+FORMAT = 2
 
 #: Candidate plans of a contiguous-row Gather: (label, kind, rows per thread).
 CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
@@ -54,8 +54,8 @@ _KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
 
 #: Features a table splits on (log2 of counts and byte sizes, so thresholds read
 #: as powers of two).
-FEATURES = ("log2_row_bytes", "unit", "row_mod16", "log2_outer", "log2_picks", "log2_rows",
-            "log2_out_bytes", "log2_axis_len", "log2_table_bytes", "index_bytes")
+FEATURES = ("log2_row_bytes", "unit", "log2_units", "row_mod16", "log2_outer", "log2_picks",
+            "log2_rows", "log2_out_bytes", "log2_axis_len", "log2_table_bytes", "index_bytes")
 
 SHIPPED = Path(__file__).with_name("tables")
 _MAX_BYTES = 8 << 20
@@ -74,7 +74,7 @@ def features(row_bytes: int, unit: int, n_outer: int, n_idx: int, axis_len: int,
         return math.log2(max(x, 1))
 
     return {"log2_row_bytes": lg(row_bytes), "unit": float(unit),
-            "row_mod16": float(row_bytes % 16), "log2_outer": lg(n_outer),
+            "log2_units": lg(row_bytes // max(unit, 1)), "row_mod16": float(row_bytes % 16), "log2_outer": lg(n_outer),
             "log2_picks": lg(n_idx), "log2_rows": lg(n_outer * n_idx),
             "log2_out_bytes": lg(n_outer * n_idx * row_bytes),
             "log2_axis_len": lg(axis_len), "log2_table_bytes": lg(n_outer * axis_len * row_bytes),

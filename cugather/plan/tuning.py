@@ -41,11 +41,12 @@ SLAB_BLOCKS_PER_SM = 8
 WINDOW_ILP = 2
 WINDOW_MAX_ROW = 2048
 # pack (rows of 3 to 15 bytes as 16-byte chunks, the window kernel's loop): rows a
-# chunk may touch at most, 1 + 5 for 3-byte rows (2-byte rows would need 9, whose
-# loads in flight spill); chunks per thread (one: the loads of its six rows are in
-# flight together, 106 registers, two blocks per SM).
+# chunk may touch at most (1 + 5 for 3-byte rows; 2-byte rows, 9, measured 0.4-0.6x
+# the scalar kernel), and chunks per thread.  Loading all of a chunk's rows before
+# merging any (106 registers, 2 blocks per SM) was 1.5-2.4x slower on outputs of
+# 50 MB and more, and up to 1.6x faster only on calls of a few microseconds.
 PACK_ROWS = 6
-PACK_ILP = 1
+PACK_ILP = 2
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
 # nd: rows per thread for rows of at most MAX_THREADS units (2 beat 1, 4, 8),
