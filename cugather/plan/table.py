@@ -74,7 +74,8 @@ def features(row_bytes: int, unit: int, n_outer: int, n_idx: int, axis_len: int,
         return math.log2(max(x, 1))
 
     return {"log2_row_bytes": lg(row_bytes), "unit": float(unit),
-            "log2_units": lg(row_bytes // max(unit, 1)), "row_mod16": float(row_bytes % 16), "log2_outer": lg(n_outer),
+            "log2_units": lg(row_bytes // max(unit, 1)), "row_mod16": float(row_bytes % 16),
+            "log2_outer": lg(n_outer),
             "log2_picks": lg(n_idx), "log2_rows": lg(n_outer * n_idx),
             "log2_out_bytes": lg(n_outer * n_idx * row_bytes),
             "log2_axis_len": lg(axis_len), "log2_table_bytes": lg(n_outer * axis_len * row_bytes),
