@@ -81,6 +81,23 @@ struct WindowArgs {
     u64 fill[2];
 };
 
+// flat: contiguous rows of `units` units (U narrower than 16 bytes) written
+// to the contiguous output as 16-byte chunks of 16 / sizeof(U) units each.
+struct FlatArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    u64* first_bad;
+    i64 s_outer;
+    i64 s_axis;
+    i64 axis_len;
+    u64 total;       // units in the output: outer * n_indices * units
+    u64 chunks;      // ceil(total / (16 / sizeof(U)))
+    Divisor n_div;   // n_indices, splits a row into (outer, index position)
+    Divisor unit_div; // units per row, splits a flat unit position into (row, unit)
+    u64 fill[2];
+};
+
 // raise-mode bounds check over the indices (Gather, take, GatherElements), run
 // before the gather where out= is given, and to name the exact first bad position.
 struct CheckArgs {
@@ -579,6 +596,76 @@ template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 {
     gather_window<U, Idx, M, MODE, true>(a);
+}
+
+// ---------------------------------------------------------------------------
+// flat: rows of units narrower than 16 bytes, from a table that caches well,
+// written as 16-byte chunks of the contiguous output.  Chunk c holds output
+// units [cV, cV + V), V = 16 / sizeof(U): one split of cV into (row, unit) and
+// of the row into (outer, index position), then the chunk's units in order,
+// stepping to the next row where one ends.  Units go in groups of up to 8:
+// the index of every unit of a group is loaded first, unconditionally (units
+// of one row reload it from L1: a load under a branch would wait for the one
+// before it), then every unit; the chunk leaves as one 16-byte store.  Where
+// the rows kernel writes one 4-byte unit per thread and store, this writes
+// four, and a chunk may take the ends of several rows.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_flat(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = 16 / sizeof(U);
+    constexpr int G = V < 8 ? V : 8;
+    const Ix total = (Ix)a.total, chunks = (Ix)a.chunks;
+    const Ix units = (Ix)a.unit_div.d, n_idx = (Ix)a.n_div.d;
+    const Idx* idx = (const Idx*)a.indices;
+
+    for (Ix c = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; c < chunks;
+         c += (Ix)gridDim.x * (Ix)blockDim.x) {
+        const Ix g0 = c * (Ix)V;
+        Ix row, u, o, n;
+        divmod<M>(a.unit_div, g0, row, u);
+        divmod<M>(a.n_div, row, o, n);
+        U v[V];
+#pragma unroll
+        for (int k0 = 0; k0 < V; k0 += G) {
+            i64 ii[G];
+            Ix uu[G], oo[G], nn[G];
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                uu[k] = u;
+                oo[k] = o;
+                nn[k] = n;
+                ii[k] = g0 + (Ix)(k0 + k) < total ? load_index(idx + n) : 0;
+                if (++u == units) {
+                    u = 0;
+                    if (++n == n_idx) {
+                        n = 0;
+                        ++o;
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const Ix g = g0 + (Ix)(k0 + k);
+                i64 i = ii[k];
+                if (g < total && resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]))
+                    v[k0 + k] = __ldg((const U*)(a.data + (i64)oo[k] * a.s_outer + i * a.s_axis) +
+                                      uu[k]);
+                else
+                    v[k0 + k] = fill_at<U>(a.fill, (u64)g);
+            }
+        }
+        if (g0 + (Ix)V <= total) {
+            uint4 w;
+            memcpy(&w, v, 16);
+            store_stream((uint4*)a.out + c, w);
+        } else {  // the last chunk: only the units that exist
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (g0 + (Ix)k < total) store_stream((U*)a.out + g0 + k, v[k]);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from .keys import KernelKey
 
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "strided")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
+                "strided")
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
                             mode, out_align, math_name, max_grid or GRID_X_MAX, base)
 
+    if kind == "flat":
+        return _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                          math_name, max_grid or GRID_X_MAX, base)
+
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
                   n_indices=n_idx, outer=n_outer,
@@ -208,6 +213,9 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
+    if kind == "flat" and (unit >= 16 or out_align < 16):
+        return (f"units narrower than 16 bytes and a 16-byte aligned output; units here "
+                f"are {unit} B, out aligned to {out_align} B")
     return ""
 
 
@@ -324,3 +332,23 @@ def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_d
                   (tuning.MAX_THREADS, 1, 1))
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
                                         f"{ilp} per thread", **base)
+
+
+def _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
+               grid_cap, base) -> GatherPlan:
+    # 16-byte chunks of `per` units of the output (plan_gather checked _unmet: the
+    # output's base is 16-byte aligned, so every full chunk is one aligned store).
+    per = 16 // unit
+    total = n_outer * n_idx * units
+    chunks = cdiv(total, per)
+    # the chunk's first unit, chunks * per, is the largest numerator split
+    mname = index_math(max(chunks * per, n_outer * n_idx, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], total=total,
+                  chunks=chunks, n_div=make_divisor(max(n_idx, 1), bits),
+                  unit_div=make_divisor(units, bits))
+    grid = (min(cdiv(chunks, tuning.MAX_THREADS), grid_cap), 1, 1)
+    main = Launch(KernelKey("flat", unit, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1))
+    return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row as {chunks} "
+                                        f"16-byte chunks of {per} units", **base)

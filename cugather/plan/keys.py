@@ -106,6 +106,9 @@ _SPECS = {
     "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # Rows of 3 to 15 bytes, several per 16-byte chunk, through window's loop.
     "pack": KindSpec("gather.cuh", "gather_pack", "WindowArgs", units=(16,), min_blocks=4),
+    # Rows of units narrower than 16 bytes, written as 16-byte chunks of units.
+    "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),
+                     min_blocks=lambda key: tuning.FLAT_BLOCKS[(key.unit, key.math)]),
     # The strided fallback of Gather/take: any strides, one unit per thread.
     # Plain division is built for it only, as the reference fast_divmod is
     # measured against.

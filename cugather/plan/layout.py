@@ -4,7 +4,7 @@ Kernels take one struct by value; the host fills a size-1 structured array of
 the matching dtype.  Every rendered source carries ``static_assert``s built
 from these offsets, so a drift between the two sides fails to compile.  The
 structs live beside their kernels: ``GatherArgs``, ``StridedArgs``,
-``WindowArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in
+``WindowArgs``, ``FlatArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in
 kernels/elements.cuh, ``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh,
 ``QuantArgs`` in kernels/quantized.cuh.  A kind registered from another module
 (:func:`cugather.plan.keys.register_kind`) adds its struct to
@@ -53,6 +53,13 @@ WINDOW_ARGS = numpy.dtype(POINTERS + [
     FILL,
 ], align=True)
 
+FLAT_ARGS = numpy.dtype(POINTERS + [
+    ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
+    ("total", "<u8"), ("chunks", "<u8"),
+    ("n_div", DIVISOR), ("unit_div", DIVISOR),
+    FILL,
+], align=True)
+
 CHECK_ARGS = numpy.dtype([
     ("indices", "<u8"), ("first_bad", "<u8"), ("n", "<u8"), ("axis_len", "<i8"),
 ], align=True)
@@ -97,7 +104,7 @@ QUANT_ARGS = numpy.dtype([
 
 #: C struct name -> dtype.
 ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
-               "WindowArgs": WINDOW_ARGS, "CheckArgs": CHECK_ARGS,
+               "WindowArgs": WINDOW_ARGS, "FlatArgs": FLAT_ARGS, "CheckArgs": CHECK_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
                "QuantArgs": QUANT_ARGS}
 
@@ -107,6 +114,7 @@ POINTER_FIELDS = {
     "GatherArgs": ("data", "indices", "out", "first_bad"),
     "StridedArgs": ("data", "indices", "out", "first_bad"),
     "WindowArgs": ("data", "indices", "out", "first_bad"),
+    "FlatArgs": ("data", "indices", "out", "first_bad"),
     "CheckArgs": ("indices", "first_bad"),
     "ElementsArgs": ("data", "indices", "out", "first_bad"),
     "NDArgs": ("data", "indices", "out", "first_bad"),

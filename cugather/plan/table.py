@@ -48,7 +48,7 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("rows/1", "rows", 1), ("rows/2", "rows", 2), ("rows/4", "rows", 4),
     ("chunks", "chunks", None), ("scalar", "scalar", None), ("inner", "inner", None),
     ("slab", "slab", None), ("window", "window", None), ("pack", "pack", None),
-    ("strided", "strided", None),
+    ("flat", "flat", None), ("strided", "strided", None),
 )
 _KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
 

@@ -47,7 +47,7 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "flat", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -93,6 +93,32 @@ def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
             got = run_plan(plan, data, cp.asarray(idx), fill=fill)
             want = gather_ref(host, idx, axis, mode, 0xA5)
             assert_same(got.get(), want, f"rows of {row_bytes} B at offset {shift}, {shape}")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+@pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
+def test_flat_rows_of_every_length(dtype, mode):
+    """The flat kernel on rows of 1 to 17 units of each width, from a leading and a
+    middle axis, over many blocks with a partial last chunk."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    rng = np.random.default_rng(len(dtype) * 17 + len(mode))
+    n, item = 700, np.dtype(dtype).itemsize
+    for units in range(1, 18):
+        if units * item % 16 == 0:
+            continue
+        for shape, axis in (((n, units), 0), ((3, n, units), 1)):
+            host = random_data(rng, shape, dtype)
+            idx = random_indices(rng, (int(rng.integers(3000, 9000)),), n, "int64",
+                                 out_of_range=mode != "raise")
+            data = cp.asarray(host)
+            plan = cugather.GatherOp(axis, mode=mode, fill_value=3).plan(data, idx, kind="flat")
+            assert plan.key.kind == "flat"
+            fill = fill_bytes(3, host.dtype) if mode == "fill" else None
+            got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+            assert_same(got.get(), gather_ref(host, idx, axis, mode, 3),
+                        f"{units} units of {dtype}, {shape}, axis {axis}")
 
 
 @pytest.mark.parametrize("view", ["slice", "transpose", "negative", "step", "offset1"])

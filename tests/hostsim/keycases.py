@@ -163,6 +163,21 @@ def _pack(key: KernelKey) -> list:
     ]
 
 
+@register("flat")
+def _flat(key: KernelKey) -> list:
+    # Rows of an odd number of units (the unit stays the item size) as 16-byte
+    # chunks: over several blocks with a partial last chunk; rows of several outer
+    # slices from a misaligned table on a grid of one block (chunks cross rows and
+    # slices, the loop strides); rows of one unit, alone and with outer slices.
+    return [
+        Case((50, 7), axis=0, index_shape=(1300,), **_common(key, "blocks")),
+        Case((3, 40, 5), axis=1, index_shape=(20, 11), layout="offset",
+             **_common(key, "offset", max_grid=1)),
+        Case((40,), axis=0, index_shape=(3, 7), **_common(key, "small")),
+        Case((6, 30), axis=1, index_shape=(50,), **_common(key, "outer", max_grid=2)),
+    ]
+
+
 @register("strided")
 def _strided(key: KernelKey) -> list:
     # Non-contiguous layouts: the unit is the item size; 750 / 800 output units

@@ -288,6 +288,38 @@ def test_pack_every_row_length_and_alignment(row_bytes, mode):
             assert ran == ["pack"], runner.last_launches()
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "int64", "complex64"])
+@pytest.mark.parametrize("mode", ["wrap", "fill", "clip"])
+def test_flat_every_row_length_from_every_axis(dtype, mode):
+    """The flat kernel on rows of 1 to 17 units of each width (a 16-byte chunk then
+    holds a part of one row, or the ends and middles of several), from a leading
+    and a middle axis (chunks cross from one outer slice to the next), with a
+    partial last chunk, against numpy.take."""
+    rng = np.random.default_rng(zlib.crc32(f"{dtype}/{mode}".encode()))
+    n, item = 13, np.dtype(dtype).itemsize
+    for units in range(1, 18):
+        if units * item % 16 == 0:
+            continue  # rows of 16-byte units: not the flat kernel's
+        for shape, axis in (((n, units), 0), ((3, n, units), 1), ((2, n), 1)):
+            host = rng.integers(0, 120, shape).astype(dtype)
+            data = runner.device_copy(host)
+            idx = rng.integers(-n - 4 if mode == "fill" else -3 * n, 2 * n,
+                               size=int(rng.integers(1, 40)))
+            got = runner.host_gather(data, idx, axis, mode=mode, fill_value=7, kind="flat")
+            ok = (idx >= -n) & (idx < n)
+            pick = {"wrap": idx % n, "fill": np.where(ok, idx % n, 0),
+                    "clip": np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1)}[mode]
+            want = np.take(host, pick, axis)
+            if mode == "fill":
+                sel = [slice(None)] * want.ndim
+                sel[axis] = ~ok
+                want[tuple(sel)] = 7
+            assert_same(got, want, f"{units} units of {dtype}, shape {shape}, axis {axis}")
+            row = item * (1 if shape == (2, n) else units)
+            ran = [(k.kind, k.unit) for k, *_ in runner.last_launches()]
+            assert ran == [("flat", row & -row)], ran  # the widest unit dividing the row
+
+
 def test_empty_and_scalar_indices():
     data = runner.device_copy(np.arange(24, dtype=np.float32).reshape(4, 6))
     assert_same(runner.host_gather(data, np.int64(2), 1), data[:, 2], "0-d index")

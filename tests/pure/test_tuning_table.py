@@ -254,7 +254,8 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
                                                          {"choice": label, "leaf": 0})))
         tt.clear_tables()
         shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab") else
-                       ((300, 3), 0) if kind == "pack" else ((300, 24), 0))
+                       ((300, 3), 0) if kind == "pack" else
+                       ((300, 7), 0) if kind == "flat" else ((300, 24), 0))
         p = _plan(shape, "float32", axis, 777)
         assert p.kind == kind, label
         if ru is not None:
@@ -292,7 +293,7 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
     assert report["table_geomean_slowdown"] < report["rules_geomean_slowdown"]
     assert table.meta["seeds"] == [5]
     monkeypatch.setenv("CUGATHER_TUNING", str(out))
-    p = _plan((50, 60000, 40), "int8", 1, 1 << 18)    # 40-byte rows: the synthetic window
+    p = _plan((200, 60000, 40), "int8", 1, 1 << 18)    # 40-byte rows: the synthetic window
     assert p.kind == "window" and "tuning table" in p.chosen_by
 
 

@@ -60,7 +60,8 @@ UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex1
 KIND_DTYPES = {"pack": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "strided")
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
+                "strided")
 SHARED_KINDS = ("inner", "slab")  # kinds whose kernels stage data in shared memory
 
 
@@ -95,6 +96,8 @@ CANDIDATES = {
              Geometry((40,), 0, (3, 7))],
     "window": [Geometry((50, 3), 0, (330,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "pack": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
+    "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
+             Geometry((6, 30), 1, (50,))],
     "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
     "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
