@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["CANDIDATES", "FEATURES", "FORMAT", "TuningTable", "Choice", "features", "fit",
+__all__ = ["CANDIDATES", "REFERENCE_ONLY", "FEATURES", "FORMAT", "TuningTable", "Choice", "features", "fit",
            "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
 
 #: Version of the table format this code reads and writes.
@@ -51,6 +51,13 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("flat", "flat", None), ("strided", "strided", None),
 )
 _KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
+#: Candidates timed (each geometry's fastest time counts them) but never named by
+#: a fitted leaf.  The strided kernel, the fallback for any strides, moves a
+#: contiguous row one unit per thread like rows/1: over the 4000 H200 geometries
+#: it was fastest on 338 by a median 2%, and a tree free to name it put
+#: 128- and 256-byte rows from DRAM on it, 10-15% slower than rows.  A table
+#: that names it (an older fit) still loads and is followed.
+REFERENCE_ONLY = ("strided",)
 
 #: Features a table splits on (log2 of counts and byte sizes, so thresholds read
 #: as powers of two).
@@ -302,13 +309,14 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
 
     Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
     candidate that does not apply costs what the rule's choice costs (the
-    planner falls back to it).  A leaf names the candidate (or ``"rule"``)
+    planner falls back to it).  :data:`REFERENCE_ONLY` candidates count in the
+    fastest time but are never a leaf's choice.  A leaf names the candidate (or ``"rule"``)
     of least total cost; splits are chosen greedily, the best threshold of
     the best feature first.
     """
     import numpy
 
-    labels = [c[0] for c in CANDIDATES] + ["rule"]
+    labels = [c[0] for c in CANDIDATES if c[0] not in REFERENCE_ONLY] + ["rule"]
     rows = [r for r in records if r.get("times")]
     if not rows:
         raise ValueError("no timed geometries to fit")

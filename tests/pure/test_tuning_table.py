@@ -238,6 +238,19 @@ def test_the_rules_decide_where_the_table_cannot(monkeypatch, tmp_path):
     assert p.kind == "rows" and p.chosen_by == "rule: rows of several units"
 
 
+def test_a_reference_only_candidate_is_never_a_leafs_choice():
+    """A candidate of REFERENCE_ONLY fastest everywhere by 10%: the fit names the
+    next fastest, and reports its slowdown against the reference's time."""
+    rng = np.random.default_rng(3)
+    ref = tt.REFERENCE_ONLY[0]
+    records = [_record(rng, lambda f: "rows/2") for _ in range(200)]
+    for r in records:
+        r["times"][ref] = r["times"]["rows/2"] / 1.1
+    table = tt.fit(records, {"arch": "sm_90"}, min_leaf=10)
+    assert {leaf["choice"] for leaf in table.leaves()} == {"rows/2"}
+    assert all(leaf["mean_slowdown"] == pytest.approx(1.1, rel=1e-3) for leaf in table.leaves())
+
+
 def test_a_forced_kind_bypasses_the_table(monkeypatch, tmp_path):
     monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / "t.json",
                                                      {"choice": "strided", "leaf": 0})))
