@@ -9,7 +9,8 @@ The shipped H200 table (``cugather/plan/tables/sm_90.json``) is the ``--fit`` of
 ``benchmarks/tune-sm_90-seed1000.jsonl.gz``, ``...-seed1001.jsonl.gz`` (two runs,
 ``--geometries 2000 --seed 1000`` and ``--seed 1001``), then
 ``...-seed1000-pack.jsonl.gz`` and ``...-seed1001-pack.jsonl.gz`` (the same seeds
-with ``--only pack``, the geometries of the pack kernel timed again).
+with ``--only pack``, the geometries of the pack kernel timed again), then
+``...-seed1000-flat.jsonl.gz`` and ``...-seed1001-flat.jsonl.gz`` (``--only flat``).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every

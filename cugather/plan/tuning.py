@@ -51,7 +51,7 @@ PACK_ILP = 2
 # minimum resident blocks by (unit, index math), low enough that no mode spills
 # (the NVRTC tier checks every architecture); a chunk of 1- or 2-byte units holds
 # 16 or 8 of them, so those take fewer.
-FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64"): 5,
+FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64"): 4,
                (2, "fast32"): 4, (2, "fast64"): 3, (1, "fast32"): 4, (1, "fast64"): 2}
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
