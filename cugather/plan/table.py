@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["CANDIDATES", "REFERENCE_ONLY", "FEATURES", "FORMAT", "TuningTable", "Choice", "features", "fit",
-           "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
+__all__ = ["CANDIDATES", "REFERENCE_ONLY", "FEATURES", "FORMAT", "TuningTable", "Choice",
+           "features", "fit", "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
 
 #: Version of the table format this code reads and writes.
 FORMAT = 2
@@ -310,9 +310,9 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
     Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
     candidate that does not apply costs what the rule's choice costs (the
     planner falls back to it).  :data:`REFERENCE_ONLY` candidates count in the
-    fastest time but are never a leaf's choice.  A leaf names the candidate (or ``"rule"``)
-    of least total cost; splits are chosen greedily, the best threshold of
-    the best feature first.
+    fastest time but are never a leaf's choice.  A leaf names the candidate
+    (or ``"rule"``) of least total cost; splits are chosen greedily, the best
+    threshold of the best feature first.
     """
     import numpy
 
