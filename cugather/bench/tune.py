@@ -200,7 +200,8 @@ def _slowdowns(table, records) -> Dict[str, Any]:
         times = r["times"]
         best = min(times.values())
         choice = table.choose(r["features"])
-        label = choice.label if choice is not None and choice.label in times else r["rule"]
+        label = next((c[0] for c in (choice.ranked if choice else ()) if c[0] in times),
+                     r["rule"])
         mine.append(times[label] / best)
         rule.append(times[r["rule"]] / best)
     gm = lambda xs: float(math.exp(sum(math.log(x) for x in xs) / len(xs)))  # noqa: E731

@@ -240,8 +240,8 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
             axis_len: int, s_axis: int, index_dtype: str, out_align: int
             ) -> Tuple[str, Optional[int], str]:
     """(kind, rows per thread or None, chosen_by) of a contiguous-row geometry: the
-    tuning table of ``limits.arch`` where it answers and its candidate applies,
-    else the rules."""
+    first candidate of the ``limits.arch`` tuning table's leaf that applies, else
+    the rules."""
     tab = table.table_for(limits.arch) if limits.arch else None
     kind, why = _rule(limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, out_align)
     if tab is None:
@@ -251,11 +251,20 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
     choice = tab.choose(feats)
     if choice is None:
         return kind, None, why + f" (the {tab.arch} tuning table leaves this geometry to them)"
-    if _unmet(choice.kind, row_bytes, unit, axis_len, s_axis, out_align, limits):
-        return kind, None, why + (f" ({tab.arch} table leaf {choice.leaf} names "
-                                  f"{choice.label}, which does not apply)")
-    return choice.kind, choice.row_unroll, (f"{tab.arch} tuning table, leaf {choice.leaf} "
-                                            f"({choice.label}): {choice.why}")
+    skipped = []
+    for label, cand, ru in choice.ranked:
+        if _unmet(cand, row_bytes, unit, axis_len, s_axis, out_align, limits):
+            skipped.append(label)
+            continue
+        verb = "does" if len(skipped) == 1 else "do"
+        note = f", as {' and '.join(skipped)} {verb} not apply" if skipped else ""
+        return cand, ru, (f"{tab.arch} tuning table, leaf {choice.leaf} ({label}{note}): "
+                          f"{choice.why}")
+    if len(skipped) == 1:
+        tail = f"names {skipped[0]}, which does not apply"
+    else:
+        tail = f"names {', '.join(skipped)}, none of which applies"
+    return kind, None, why + f" ({tab.arch} table leaf {choice.leaf} {tail})"
 
 
 def _slab_stage(limits: DeviceLimits) -> int:

@@ -91,13 +91,21 @@ def features(row_bytes: int, unit: int, n_outer: int, n_idx: int, axis_len: int,
 
 @dataclass(frozen=True)
 class Choice:
-    """A table's answer: the candidate, its kind and rows per thread, and why."""
+    """A table's answer: the candidate, its kind and rows per thread, and why;
+    ``then``, the leaf's next candidates in order, as (label, kind, rows per
+    thread), for geometries the first one does not apply to."""
 
     label: str
     kind: str
     row_unroll: Optional[int]
     leaf: int
     why: str       # the path of conditions to the leaf
+    then: Tuple[Tuple[str, str, Optional[int]], ...] = ()
+
+    @property
+    def ranked(self) -> Tuple[Tuple[str, str, Optional[int]], ...]:
+        """Every candidate of the leaf, first choice first."""
+        return ((self.label, self.kind, self.row_unroll),) + self.then
 
 
 class TuningTable:
@@ -172,7 +180,9 @@ class TuningTable:
         if label == "rule":
             return None
         kind, ru = _KIND_OF[label]
-        return Choice(label, kind, ru, int(node["leaf"]), " and ".join(path) or "every geometry")
+        then = tuple((t,) + _KIND_OF[t] for t in node.get("then", ()))
+        return Choice(label, kind, ru, int(node["leaf"]), " and ".join(path) or "every geometry",
+                      then)
 
 
 def _is_number(v: Any) -> bool:
@@ -192,6 +202,13 @@ def _check_node(node: Any, depth: int, count: list) -> None:
                              f"{', '.join(_KIND_OF)}, rule)")
         if not isinstance(node.get("leaf"), int) or isinstance(node.get("leaf"), bool):
             raise TableError("every leaf carries an integer 'leaf' id")
+        then = node.get("then", [])
+        if not (isinstance(then, list) and len(then) < len(_KIND_OF)
+                and all(isinstance(t, str) and t in _KIND_OF for t in then)
+                and len(set(then) | {node["choice"]}) == len(then) + 1
+                and (not then or node["choice"] != "rule")):
+            raise TableError(f"a leaf's 'then' lists other candidates than its choice, each "
+                             f"once, after a choice that is not 'rule'; got {then!r:.60}")
         return
     if node.get("feature") not in FEATURES or not _is_number(node.get("threshold")):
         raise TableError(f"a split names one of {FEATURES} and a finite threshold, got "
@@ -310,9 +327,11 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
     Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
     candidate that does not apply costs what the rule's choice costs (the
     planner falls back to it).  :data:`REFERENCE_ONLY` candidates count in the
-    fastest time but are never a leaf's choice.  A leaf names the candidate
-    (or ``"rule"``) of least total cost; splits are chosen greedily, the best
-    threshold of the best feature first.
+    fastest time but are never a leaf's choice.  Splits are chosen greedily,
+    the best threshold of the best feature first.  A leaf ranks candidates
+    (:func:`_rank`): its ``choice``, then under ``then`` the candidates for
+    the geometries where the earlier ones do not apply; the planner takes the
+    first that applies, and the rules where none does.
     """
     import numpy
 
@@ -335,16 +354,18 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         cost[g, -1] = rule
     ids = [0]
 
+    applies = numpy.array([[label in r["times"] for label in labels[:-1]] for r in rows])
+
     def leaf(idx: Any) -> Dict[str, Any]:
-        total = cost[idx].sum(axis=0)
-        c = int(numpy.argmin(total[:-1]))
-        if total[-1] <= total[c] + 1e-9:  # a tie keeps the rules
-            c = len(labels) - 1
+        ranked, spent = _rank(cost, applies, idx)
         ids[0] += 1
         n = len(idx)
-        return {"choice": labels[c], "leaf": ids[0] - 1, "n": n,
-                "mean_slowdown": round(2 ** (total[c] / n), 4),
-                "rule_slowdown": round(2 ** (total[-1] / n), 4)}
+        node = {"choice": labels[ranked[0]] if ranked else "rule", "leaf": ids[0] - 1, "n": n,
+                "mean_slowdown": round(2 ** (spent / n), 4),
+                "rule_slowdown": round(2 ** (cost[idx, -1].sum() / n), 4)}
+        if len(ranked) > 1:
+            node["then"] = [labels[c] for c in ranked[1:]]
+        return node
 
     def grow(idx: Any, depth: int) -> Dict[str, Any]:
         here = cost[idx].sum(axis=0).min()
@@ -376,3 +397,45 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
     ranges = {f: [float(X[:, i].min()), float(X[:, i].max())] for i, f in enumerate(FEATURES)}
     return TuningTable.from_dict({"format": FORMAT, "meta": dict(meta, geometries=len(rows)),
                                   "ranges": ranges, "tree": tree}, "fitted")
+
+
+def _rank(cost: Any, applies: Any, idx: Any) -> Tuple[List[int], float]:
+    """(ranked candidate columns, summed cost) of the geometries ``idx`` of a leaf.
+
+    ``cost[g, c]`` is the cost of candidate ``c`` on geometry ``g`` (the rules'
+    cost where it does not apply; the last column is the rules'), ``applies[g, c]``
+    whether it applies.  Greedily, with one step of look-ahead: the first
+    candidate is the one whose cost where it applies, plus the best single
+    choice for the geometries where it does not, is least; the rest is ranked
+    the same way over those geometries.  An empty list keeps the rules (also
+    on a tie).
+    """
+    import numpy
+
+    rule = cost.shape[1] - 1
+    ranked: List[int] = []
+    spent = 0.0
+    rest = numpy.asarray(idx)
+    while len(rest):
+        free = [c for c in range(rule) if c not in ranked]
+        keep = float(cost[rest, rule].sum())
+        best, best_c = keep, None
+        for c in free:
+            app = applies[rest, c]
+            if not app.any():
+                continue
+            left = rest[~app]
+            after = min(float(cost[left, d].sum()) for d in free + [rule] if d != c) \
+                if len(left) else 0.0
+            total = float(cost[rest[app], c].sum()) + after
+            if total < best - 1e-9:
+                best, best_c = total, c
+        if best_c is None:  # nothing beats the rules here
+            spent += keep
+            break
+        app = applies[rest, best_c]
+        spent += float(cost[rest[app], best_c].sum())
+        ranked.append(best_c)
+        rest = rest[~app]
+    return ranked, spent
+

@@ -80,9 +80,10 @@ def test_a_leaf_keeps_the_rules_where_they_are_already_best():
     assert [leaf["choice"] for leaf in table.leaves()] == ["rule"]
 
 
-def test_inapplicable_candidates_cost_what_the_rules_choice_costs():
-    # slab is fastest where timed, but timed on few geometries: a leaf naming it
-    # would send the others to the rules, which here are slow.
+def test_a_candidate_that_applies_to_few_geometries_leads_and_the_next_takes_the_rest():
+    # slab is fastest where it applies (a tenth of the geometries); a leaf naming
+    # it alone would send the others to the rules, which here are 2x slower: the
+    # leaf ranks rows/4 after it instead.
     rng = np.random.default_rng(4)
     records = []
     for k in range(200):
@@ -93,7 +94,35 @@ def test_inapplicable_candidates_cost_what_the_rules_choice_costs():
             r["times"].pop("slab")
         records.append(r)
     table = tt.fit(records, {"arch": "sm_90"})
-    assert table.choose(records[1]["features"]).label == "rows/4"
+    choice = table.choose(records[1]["features"])
+    assert [c[0] for c in choice.ranked] == ["slab", "rows/4"]
+    assert all(leaf["mean_slowdown"] < 1.04 for leaf in table.leaves())
+
+
+def test_a_leaf_ranks_by_where_each_candidate_applies():
+    """Three families of geometries, each with its own fastest candidate, where
+    the candidates apply to nested sets: the leaf's list is the order in which
+    each one, taken where it applies, costs least; the rules only where none
+    beats them."""
+    rng = np.random.default_rng(5)
+    records = []
+    for k in range(300):
+        fam = k % 3
+        r = _record(rng, lambda f: ("inner", "window", "rows/2")[fam])
+        if fam != 0:
+            r["times"].pop("inner")      # inner applies to family 0 alone
+        if fam == 2:
+            r["times"].pop("window")     # window to families 0 and 1
+        records.append(r)
+    table = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9)   # one leaf
+    (leaf,) = table.leaves()
+    assert (leaf["choice"], leaf["then"]) == ("inner", ["window", "rows/2"])
+    assert leaf["mean_slowdown"] < 1.04 < 1.9 < leaf["rule_slowdown"]
+    # the same families where rows/1 (the rules) is as fast as anything on family 2
+    for r in records[2::3]:
+        r["times"]["rows/1"] = min(r["times"].values())
+    (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
+    assert (leaf["choice"], leaf["then"]) == ("inner", ["window"])
 
 
 def test_the_fitted_table_round_trips_through_json_and_validation():
@@ -102,7 +131,7 @@ def test_the_fitted_table_round_trips_through_json_and_validation():
     again = tt.TuningTable.from_dict(json.loads(json.dumps(table.to_dict())))
     for r in records[:50]:
         a, b = table.choose(r["features"]), again.choose(r["features"])
-        assert (a and (a.label, a.leaf)) == (b and (b.label, b.leaf))
+        assert (a and (a.ranked, a.leaf)) == (b and (b.ranked, b.leaf))
     assert table.meta["geometries"] == 200
 
 
@@ -120,6 +149,11 @@ def test_the_fitted_table_round_trips_through_json_and_validation():
                               "le": {"choice": "rule", "leaf": 0},
                               "gt": {"choice": "rule", "leaf": 1}}), "finite threshold"),
     (lambda d: d.update(tree=[]), "JSON object"),
+    (lambda d: d["tree"].update(then=["fastest"]), "'then' lists"),
+    (lambda d: d["tree"].update(then=["rows/4"]), "'then' lists"),
+    (lambda d: d["tree"].update(then=["pack", "pack"]), "'then' lists"),
+    (lambda d: d["tree"].update(then="pack"), "'then' lists"),
+    (lambda d: d["tree"].update(choice="rule", then=["pack"]), "'then' lists"),
 ])
 def test_a_bad_table_is_refused_with_the_reason(mutate, match):
     d = _table_dict({"choice": "rows/4", "leaf": 0})
@@ -236,6 +270,26 @@ def test_the_rules_decide_where_the_table_cannot(monkeypatch, tmp_path):
     assert p.kind == "rows" and "leaves this geometry to them" in p.chosen_by
     p = _plan((1000, 16), "float32", 0, 500, limits=DeviceLimits())   # no arch: rules only
     assert p.kind == "rows" and p.chosen_by == "rule: rows of several units"
+
+
+def test_the_planner_takes_the_leafs_first_candidate_that_applies(monkeypatch, tmp_path):
+    tree = {"choice": "slab", "leaf": 3, "then": ["pack", "rows/2"]}
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / "t.json", tree)))
+    p = _plan((64, 100), "float32", 1, 5000)          # 4-byte rows from a 400-byte axis
+    assert p.kind == "slab" and p.chosen_by.startswith("sm_90 tuning table, leaf 3 (slab): ")
+    p = _plan((64, 100, 3), "uint8", 1, 5000)         # 3-byte rows: no slab
+    assert p.kind == "pack"
+    assert p.chosen_by.startswith("sm_90 tuning table, leaf 3 (pack, as slab does not apply)")
+    p = _plan((64, 100, 5), "float32", 1, 5000)       # 20-byte rows: neither slab nor pack
+    assert (p.kind, p.main.fields["row_unroll"]) == ("rows", 2)
+    assert "leaf 3 (rows/2, as slab and pack do not apply)" in p.chosen_by
+    tree = {"choice": "slab", "leaf": 0, "then": ["pack"]}
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / "u.json", tree)))
+    tt.clear_tables()
+    p = _plan((64, 100, 5), "float32", 1, 5000)
+    assert p.kind == "rows"
+    assert p.chosen_by == ("rule: rows of several units (sm_90 table leaf 0 names slab, pack, "
+                           "none of which applies)")
 
 
 def test_a_reference_only_candidate_is_never_a_leafs_choice():
