@@ -60,17 +60,28 @@ def _row_split(kind: str, units: int, unit: int):
     """(block, units per thread, chunks per row) of the rows and chunks kernels.
 
     rows: TX = ceil(units / CU) threads per row (at most 256), 256 // TX rows
-    per block.  chunks: CHUNKS_CU units per thread, up to 256 threads per row
-    chunk, chunks over blockIdx.y.
+    per block.  chunks: CHUNKS_CU units per thread, chunks over blockIdx.y: one
+    chunk up to 256 threads' worth of units, beyond that chunks of at most
+    CHUNKS_SPLIT threads' worth, the row shared evenly (TX a multiple of 32).
     """
     if kind == "rows":
         cu = _rows_cu(unit)
         tx = min(cdiv(units, cu), tuning.MAX_THREADS)
     else:
         cu = tuning.CHUNKS_CU
-        tx = min(tuning.MAX_THREADS, cdiv(cdiv(units, cu), 32) * 32)
+        chunks = 1 if units <= tuning.MAX_THREADS * cu else cdiv(units, tuning.CHUNKS_SPLIT * cu)
+        tx = cdiv(cdiv(units, chunks * cu), 32) * 32
     ty = max(1, tuning.MAX_THREADS // tx)
     return (tx, ty, 1), cu, cdiv(units, tx * cu)
+
+
+def _spread(work: int, threads: int, limits: DeviceLimits) -> int:
+    """Threads per block for ``work`` units of a grid-stride kernel (one block per
+    ``threads`` of them): ``threads`` halved, to tuning.SPREAD_MIN_THREADS at
+    least, while the grid would have fewer blocks than the GPU has SMs."""
+    while threads // 2 >= tuning.SPREAD_MIN_THREADS and cdiv(work, threads) < limits.sm_count:
+        threads //= 2
+    return threads
 
 
 def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int, mode: str,
@@ -136,11 +147,11 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
                              math_name, max_grid or GRID_X_MAX, base)
     if kind in ("window", "pack"):
         return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
-                            mode, out_align, math_name, max_grid or GRID_X_MAX, base)
+                            mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
 
     if kind == "flat":
         return _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
-                          math_name, max_grid or GRID_X_MAX, base)
+                          math_name, max_grid or GRID_X_MAX, base, limits)
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
@@ -157,11 +168,16 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
             ru = row_unroll or core.row_unroll(rows, block[1], chunks, limits,
                                                   tuning.ROWS_MAX_RU)
             fields["row_unroll"] = ru
+            tx = block[0]
+            ty = max(1, _spread(rows * tx, tx * block[1], limits) // tx) if tx < 64 else block[1]
+            block = (tx, ty, 1)
         grid = (min(cdiv(rows, block[1] * ru), grid_x), min(chunks, grid_yz), 1)
         reason = (f"{units} units of {unit} B per row; block {block[0]}x{block[1]}, "
                   f"{ru} row(s) x {cu} unit(s) per thread, {chunks} chunk(s) per row")
     elif kind == "scalar":
-        grid = (min(cdiv(rows, tuning.MAX_THREADS * tuning.SCALAR_ILP), grid_x), 1, 1)
+        threads = _spread(cdiv(rows, tuning.SCALAR_ILP), tuning.MAX_THREADS, limits)
+        block = (threads, 1, 1)
+        grid = (min(cdiv(rows, threads * tuning.SCALAR_ILP), grid_x), 1, 1)
         reason = f"one {unit} B unit per row, {tuning.SCALAR_ILP} loads in flight per thread"
     elif kind == "slab":
         main, reason = _slab_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer,
@@ -322,7 +338,7 @@ def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_alig
 
 
 def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
-                 out_align, math_name, grid_cap, base) -> GatherPlan:
+                 out_align, math_name, grid_cap, base, limits) -> GatherPlan:
     # 16-byte chunks of the output (plan_gather checked _unmet): the row length
     # needs no alignment, the output's base does (16-byte stores); a chunk spans
     # at most two rows (window) or tuning.PACK_ROWS (pack).
@@ -336,15 +352,15 @@ def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_d
                   row_bytes=row_bytes, out_bytes=out_bytes, chunks=chunks, lo=lo, hi=hi,
                   n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))
     ilp = tuning.PACK_ILP if kind == "pack" else tuning.WINDOW_ILP
-    grid = (min(cdiv(chunks, tuning.MAX_THREADS * ilp), grid_cap), 1, 1)
-    main = Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid,
-                  (tuning.MAX_THREADS, 1, 1))
+    threads = _spread(cdiv(chunks, ilp), tuning.MAX_THREADS, limits)
+    grid = (min(cdiv(chunks, threads * ilp), grid_cap), 1, 1)
+    main = Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
                                         f"{ilp} per thread", **base)
 
 
 def _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
-               grid_cap, base) -> GatherPlan:
+               grid_cap, base, limits) -> GatherPlan:
     # 16-byte chunks of `per` units of the output (plan_gather checked _unmet: the
     # output's base is 16-byte aligned, so every full chunk is one aligned store).
     per = 16 // unit
@@ -356,8 +372,8 @@ def _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, 
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], total=total,
                   chunks=chunks, n_div=make_divisor(max(n_idx, 1), bits),
                   unit_div=make_divisor(units, bits))
-    grid = (min(cdiv(chunks, tuning.MAX_THREADS), grid_cap), 1, 1)
-    main = Launch(KernelKey("flat", unit, index_dtype, mname, mode), fields, grid,
-                  (tuning.MAX_THREADS, 1, 1))
+    threads = _spread(chunks, tuning.MAX_THREADS, limits)
+    grid = (min(cdiv(chunks, threads), grid_cap), 1, 1)
+    main = Launch(KernelKey("flat", unit, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
     return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row as {chunks} "
                                         f"16-byte chunks of {per} units", **base)

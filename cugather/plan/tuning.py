@@ -23,8 +23,19 @@ MAX_DIMS = 8
 # units move 16 bytes per thread per row); rows per thread at most.
 ROWS_NARROW_CU = 1
 ROWS_MAX_RU = 4
-# chunks: units per thread along a long row.
+# chunks: units per thread along a long row; a row of more than MAX_THREADS *
+# CHUNKS_CU units splits into chunks of at most CHUNKS_SPLIT threads' worth,
+# blocks sized to share the row evenly (H200, rows of 24856 / 12440 / 40960 B:
+# 3-5% faster than full 256-thread chunks and a short last one; 128 lost on
+# rows of 523 and 717 units).
 CHUNKS_CU = 4
+CHUNKS_SPLIT = 192
+# Blocks of the one-dimensional kernels (scalar, flat, window, pack) and rows per
+# block of the rows kernel halve, down to SPREAD_MIN_THREADS threads, while the
+# grid has fewer blocks than the GPU has SMs: a short call then spreads its
+# random loads over more SMs (H200, 8-15k picks: 3.42 -> 2.71 us back to back
+# for 30 -> 120 blocks of 8-byte units; 32-thread blocks gained nothing more).
+SPREAD_MIN_THREADS = 64
 # scalar: independent loads in flight per thread (1 and 2 tie on H200; 4 and
 # 8 are 10-25% slower on a table in L2: more registers, fewer threads).
 SCALAR_ILP = 2

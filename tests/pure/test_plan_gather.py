@@ -59,7 +59,9 @@ def test_row_kernels_cover_rows_and_units():
         assert p.key.kind == ("rows" if f["units"] <= 256 * cu_rows(p.key.unit) else "chunks"), cols
         block, cu, chunks = _row_split(p.key.kind, f["units"], p.key.unit)
         tx, ty, _ = p.block
-        assert (tx, ty) == block[:2] and tx * ty <= 256
+        assert tx == block[0] and ty <= block[1] and tx * ty <= 256  # ty: see _spread
+        if p.key.kind == "chunks" and chunks > 1:  # the row shared evenly, warp-rounded
+            assert tx <= 192 and chunks * tx * cu - f["units"] < chunks * 32 * cu
         assert cu == (cu_rows(p.key.unit) if p.key.kind == "rows" else 4)
         ru = 1
         if p.key.kind == "rows":
@@ -68,6 +70,34 @@ def test_row_kernels_cover_rows_and_units():
         assert p.grid[0] * ty * ru >= f["rows"]
         assert p.grid[1] * tx * cu >= f["units"]
         assert f["units"] * p.key.unit == cols * 4
+
+
+@pytest.mark.parametrize("shape,dtype,axis,n_idx,kind", [
+    ((66390342,), "f4", 0, 15234, "scalar"),
+    ((312279355,), "f8", 0, 14996, "flat"),
+    ((5004,), "i4", 0, 6428, "rows"),
+    ((505304440,), "i2", 0, 7914, "rows"),
+    ((1000, 100), "u1", 0, 300, "window"),
+    ((1000, 7), "u1", 0, 3000, "pack"),
+])
+def test_a_short_call_spreads_over_the_sms_and_a_long_one_keeps_full_blocks(
+        shape, dtype, axis, n_idx, kind):
+    from cugather.plan.core import DeviceLimits, Operand
+    from cugather.plan.gather import plan_gather
+
+    limits = DeviceLimits(sm_count=132)
+    for n, short in ((n_idx, True), (n_idx * 200, False)):
+        p = plan_gather(Operand.contiguous(shape, np.dtype(dtype).itemsize), (n,), "int32",
+                        axis, "wrap", limits=limits, kind=kind)
+        threads = p.main.block[0] * p.main.block[1]
+        if short:
+            assert 64 <= threads < 256 and (p.main.grid[0] >= 132 or threads < 128), p.describe()
+        else:
+            assert threads == 256 or p.main.block[0] > 64, p.describe()
+        out = math.prod(p.out_shape) * np.dtype(dtype).itemsize
+        per = {"scalar": 2 * p.main.key.unit, "flat": 16, "window": 32, "pack": 32,
+               "rows": p.main.key.unit * p.main.fields.get("row_unroll", 1)}[kind]
+        assert p.main.grid[0] * threads * per >= out   # the grid still covers the output
 
 
 def test_rows_per_thread_shrinks_on_small_problems():
