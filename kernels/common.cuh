@@ -287,6 +287,57 @@ __device__ __forceinline__ void copy_rows(typename M::Ix rows, typename M::Ix un
     }
 }
 
+// ---------------------------------------------------------------------------
+// Staging: a row of data copied into shared memory with wide loads (the
+// inner and slab Gather kernels, GatherElements' elements_row).
+// ---------------------------------------------------------------------------
+#if !defined(CG_STAGE_ILP)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+// Copy a row into shared memory with up to CG_STAGE_ILP loads in flight per
+// thread before the first store (a plain strided loop waits on each load in
+// turn), the last round included.
+template <class S>
+__device__ __forceinline__ void stage_row(const char* row, unsigned char* stage, u64 bytes)
+{
+    const S* s = (const S*)row;
+    S* d = (S*)stage;
+    const u64 n = bytes / sizeof(S);
+    const u64 bs = blockDim.x;
+    u64 j = threadIdx.x;
+    for (; j + (CG_STAGE_ILP - 1) * bs < n; j += CG_STAGE_ILP * bs) {
+        S v[CG_STAGE_ILP];
+#pragma unroll
+        for (int k = 0; k < CG_STAGE_ILP; ++k) v[k] = __ldg(s + j + k * bs);
+#pragma unroll
+        for (int k = 0; k < CG_STAGE_ILP; ++k) d[j + k * bs] = v[k];
+    }
+    // The rest (fewer than CG_STAGE_ILP loads per thread), four loads in flight.
+    for (; j < n; j += 4 * bs) {
+        S v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = j + k * bs < n ? __ldg(s + j + k * bs) : S();
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (j + k * bs < n) d[j + k * bs] = v[k];
+    }
+}
+
+// stage_row with the unit S given at run time (1, 2, 4, 8 or 16 bytes: the
+// widest that divides the row's address and length).
+__device__ __forceinline__ void stage_row_by(u32 unit, const char* row, unsigned char* stage,
+                                             u64 bytes)
+{
+    switch (unit) {
+        case 16: stage_row<uint4>(row, stage, bytes); break;
+        case 8: stage_row<uint2>(row, stage, bytes); break;
+        case 4: stage_row<unsigned int>(row, stage, bytes); break;
+        case 2: stage_row<unsigned short>(row, stage, bytes); break;
+        default: stage_row<unsigned char>(row, stage, bytes); break;
+    }
+}
+
 }  // namespace cg
 
 #endif  // CUGATHER_COMMON_CUH

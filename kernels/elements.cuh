@@ -10,7 +10,7 @@
 #ifndef CUGATHER_ELEMENTS_CUH
 #define CUGATHER_ELEMENTS_CUH
 
-#if !defined(CG_ELEMENTS_ILP)
+#if !defined(CG_ELEMENTS_ILP) || !defined(CG_ELEMENTS_ROW_PICKS)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -31,8 +31,11 @@ struct ElementsArgs {
     i64 s_axis;   // bytes per step of an index value
     u32 ndim;       // >= 1; the outermost dimension takes the quotient, no division
     u32 col_tiles;  // 0: slots in flat order; else column tiles (see gather_elements)
-    u64 cols;       // column-tile order: units per row
-    u64 row_tiles;  // column-tile order: tiles of CG_ELEMENTS_ILP * blockDim.x / 32 rows
+    u64 cols;       // column-tile order: units per row; elements_row: picks per row
+    u64 row_tiles;  // column-tile order: tiles of CG_ELEMENTS_ILP * blockDim.x / 32 rows;
+                    // elements_row: output rows
+    u32 stage_unit; // elements_row: bytes per staging load
+    u32 pad;
     Divisor dims[CG_MAX_DIMS];
     i64 strides[CG_MAX_DIMS];        // bytes
     u64 index_strides[CG_MAX_DIMS];  // index elements
@@ -144,6 +147,59 @@ __device__ __forceinline__ void gather_elements(const ElementsArgs& a)
             t[k] = live[k] ? r * cols + col : 0;
         }
         elements_slots<U, Idx, M, MODE>(a, t, live);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// elements_row: the gathered axis is the output's innermost dimension (index
+// stride 1), contiguous in data, and a data row fits in shared memory (ONNX
+// GatherElements on the last axis, torch.gather's top-k pattern).  A block
+// takes an output row of `cols` picks: its first CG_ELEMENTS_ROW_PICKS indices
+// per thread are loaded, then the data row is staged with wide loads (both
+// streams in flight together), then the picks are read from shared memory.
+// Every byte of the row is read once, in full sectors; direct picks read one
+// 32-byte sector each, several times over where picks share a sector.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_elements_row(const ElementsArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int P = CG_ELEMENTS_ROW_PICKS;
+    CG_DYNAMIC_SMEM(unsigned char, stage);
+    const U* row = (const U*)stage;
+    const Ix m = (Ix)a.cols, rows = (Ix)a.row_tiles, bs = (Ix)blockDim.x;
+    const Idx* idx = (const Idx*)a.indices;
+    U* out = (U*)a.out;
+    const u64 row_bytes = (u64)a.axis_len * sizeof(U);
+
+    for (Ix r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 off;
+        Ix ipos;
+        elements_offsets<M>(a, r * m, off, ipos);  // the row's first slot: axis coordinate 0
+        i64 first[P];
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            const Ix j = (Ix)threadIdx.x + (Ix)k * bs;
+            first[k] = j < m ? load_index(idx + ipos + j) : 0;
+        }
+        stage_row_by(a.stage_unit, a.data + off, stage, row_bytes);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            const Ix j = (Ix)threadIdx.x + (Ix)k * bs;
+            i64 i = first[k];
+            if (j < m)
+                store_stream(out + r * m + j,
+                             resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)(ipos + j))
+                                 ? row[i] : fill_at<U>(a.fill, (u64)(r * m + j)));
+        }
+        for (Ix j = (Ix)threadIdx.x + (Ix)P * bs; j < m; j += bs) {
+            i64 i = load_index(idx + ipos + j);
+            store_stream(out + r * m + j,
+                         resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)(ipos + j))
+                             ? row[i] : fill_at<U>(a.fill, (u64)(r * m + j)));
+        }
+        __syncthreads();  // the next row may be staged over this one
     }
 }
 

@@ -98,6 +98,26 @@ struct FlatArgs {
     u64 fill[2];
 };
 
+// span: contiguous rows of `row_bytes` (any length, at least 16) at any
+// alignment, output as aligned 16-byte chunks; a block row takes a row,
+// blockIdx.y a segment of `seg_chunks` chunks of it.  lo and hi as in window.
+struct SpanArgs {
+    const char* data;
+    const void* indices;
+    char* out;
+    u64* first_bad;
+    i64 s_outer;
+    i64 s_axis;
+    i64 axis_len;
+    u64 rows;        // outer * n_indices
+    u64 row_bytes;
+    i64 lo;
+    i64 hi;
+    Divisor n_div;   // n_indices, splits a row into (outer, index position)
+    u64 seg_chunks;  // 16-byte output chunks of a row per block segment: blockDim.x * CG_SPAN_V
+    u64 fill[2];
+};
+
 // raise-mode bounds check over the indices (Gather, take, GatherElements), run
 // before the gather where out= is given, and to name the exact first bad position.
 struct CheckArgs {
@@ -206,35 +226,7 @@ __device__ __forceinline__ void gather_scalar(const GatherArgs& a)
 // chunks of the indices (adjacent blocks share a row, which stays in L2),
 // blockIdx.y walks outer rows; both loop when the grid is smaller.
 // ---------------------------------------------------------------------------
-// Copy a row into shared memory with up to CG_STAGE_ILP loads in flight per
-// thread before the first store (a plain strided loop waits on each load in
-// turn), the last round included.
-template <class S>
-__device__ __forceinline__ void stage_row(const char* row, unsigned char* stage, u64 bytes)
-{
-    const S* s = (const S*)row;
-    S* d = (S*)stage;
-    const u64 n = bytes / sizeof(S);
-    const u64 bs = blockDim.x;
-    u64 j = threadIdx.x;
-    for (; j + (CG_STAGE_ILP - 1) * bs < n; j += CG_STAGE_ILP * bs) {
-        S v[CG_STAGE_ILP];
-#pragma unroll
-        for (int k = 0; k < CG_STAGE_ILP; ++k) v[k] = __ldg(s + j + k * bs);
-#pragma unroll
-        for (int k = 0; k < CG_STAGE_ILP; ++k) d[j + k * bs] = v[k];
-    }
-    // The rest (fewer than CG_STAGE_ILP loads per thread), four loads in flight.
-    for (; j < n; j += 4 * bs) {
-        S v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) v[k] = j + k * bs < n ? __ldg(s + j + k * bs) : S();
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            if (j + k * bs < n) d[j + k * bs] = v[k];
-    }
-}
-
+// (stage_row, the staging loop, is in common.cuh.)
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 {
@@ -250,13 +242,7 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 
     for (Ix o = blockIdx.y; o < outer; o += gridDim.y) {
         const char* row = a.data + (i64)o * a.s_outer;
-        switch (a.stage_unit) {
-            case 16: stage_row<uint4>(row, stage, row_bytes); break;
-            case 8: stage_row<uint2>(row, stage, row_bytes); break;
-            case 4: stage_row<unsigned int>(row, stage, row_bytes); break;
-            case 2: stage_row<unsigned short>(row, stage, row_bytes); break;
-            default: stage_row<unsigned char>(row, stage, row_bytes); break;
-        }
+        stage_row_by(a.stage_unit, row, stage, row_bytes);
         __syncthreads();
         U* dst = (U*)a.out + (u64)o * (u64)n_idx;
         for (Ix first = (Ix)blockIdx.x * chunk; first < n_idx; first += (Ix)gridDim.x * chunk) {
@@ -302,13 +288,7 @@ __device__ __forceinline__ void gather_slab(const GatherArgs& a)
             const char* src = a.data + (i64)(o0 + r) * a.s_outer;
             unsigned char* dst = stage + (u64)r * row_bytes;
             const u64 bytes = packed ? (u64)rows * row_bytes : row_bytes;
-            switch (a.stage_unit) {
-                case 16: stage_row<uint4>(src, dst, bytes); break;
-                case 8: stage_row<uint2>(src, dst, bytes); break;
-                case 4: stage_row<unsigned int>(src, dst, bytes); break;
-                case 2: stage_row<unsigned short>(src, dst, bytes); break;
-                default: stage_row<unsigned char>(src, dst, bytes); break;
-            }
+            stage_row_by(a.stage_unit, src, dst, bytes);
         }
         __syncthreads();
         U* out = (U*)a.out + (u64)o0 * (u64)n_idx;
@@ -664,6 +644,127 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
 #pragma unroll
             for (int k = 0; k < V; ++k)
                 if (g0 + (Ix)k < total) store_stream((U*)a.out + g0 + k, v[k]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// lean: one unit per thread over the contiguous output, nothing unrolled.  A
+// short call's time is its launch and two dependent loads (index, then data);
+// this kernel puts the least code between them.  Output unit t is unit u of
+// row R (t = R * units + u), row R index position n of outer slice o.
+// FlatArgs, with `chunks` unused.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_lean(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Ix total = (Ix)a.total;
+    const Idx* idx = (const Idx*)a.indices;
+    for (Ix t = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; t < total;
+         t += (Ix)gridDim.x * (Ix)blockDim.x) {
+        Ix row, u, o, n;
+        divmod<M>(a.unit_div, t, row, u);
+        divmod<M>(a.n_div, row, o, n);
+        i64 i = load_index(idx + n);
+        const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+        store_stream((U*)a.out + t,
+                     keep ? __ldg((const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis) + u)
+                          : fill_at<U>(a.fill, (u64)t));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// span: long rows of any length at any alignment, written to the contiguous
+// output as aligned 16-byte stores, the row's index read once per thread.
+// Block row threadIdx.y takes row R (rows tile blockIdx.x); blockIdx.y takes
+// a segment of seg_chunks = blockDim.x * CG_SPAN_V of the row's output
+// chunks, CG_SPAN_V per thread, warp-contiguous, all loaded before any store.
+// Chunk k is the aligned output block at a0 + 16k (a0: the row's first
+// 16-byte aligned output byte); its bytes start at src + (a0 - row start) +
+// 16k, d bytes past an aligned block for every k of the row.  Each lane loads
+// the aligned block under its chunk; the next block is its neighbour lane's
+// (a warp shuffle; lane 31 loads it), and the two are funnel-shifted into
+// place, so every source block is read once.  The bytes before a0 and after
+// the last whole chunk, at most 15 each, go one by one in segment 0.  The
+// window kernel instead splits every chunk into (row, offset) and loads the
+// row's index again per chunk; the chunks kernel moves rows of 4- and 8-byte
+// units in units of that width.
+// ---------------------------------------------------------------------------
+#if !defined(CG_SPAN_V)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+__device__ __forceinline__ uint4 shfl_down_block(const uint4& v)
+{
+    uint4 r;
+    r.x = __shfl_down_sync(0xFFFFFFFFu, v.x, 1);
+    r.y = __shfl_down_sync(0xFFFFFFFFu, v.y, 1);
+    r.z = __shfl_down_sync(0xFFFFFFFFu, v.z, 1);
+    r.w = __shfl_down_sync(0xFFFFFFFFu, v.w, 1);
+    return r;
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_span(const SpanArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Ix rows = (Ix)a.rows;
+    const u64 rb = a.row_bytes, seg = a.seg_chunks;
+    const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
+    const uint4 fillv = fill_unit<uint4>(a.fill);
+    const Idx* idx = (const Idx*)a.indices;
+    const u32 lane = threadIdx.x & 31u;
+
+    // blockDim.x is a multiple of 32: the lanes of a warp share a row, so every
+    // branch on the row below is uniform over the warp (the shuffles need that).
+    for (Ix r = (Ix)blockIdx.x * (Ix)blockDim.y + (Ix)threadIdx.y; r < rows;
+         r += (Ix)gridDim.x * (Ix)blockDim.y) {
+        Ix o, n;
+        divmod<M>(a.n_div, r, o, n);
+        i64 i = load_index(idx + n);
+        const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+        // Only resolved indices are scaled: a discarded one may be near 2^63.
+        const u64 src = keep ? (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis) : 0;
+        const u64 ob = (u64)a.out + (u64)r * rb, end = ob + rb;
+        const u64 a0 = (ob + 15u) & ~(u64)15;
+        const u64 nc = end >= a0 + 16 ? (end - a0) >> 4 : 0;  // whole aligned chunks
+        const u64 sp = src + (a0 - ob);
+        const u32 d = (u32)sp & 15u;
+        const u64 sb = sp - d;  // the aligned block under chunk 0
+        for (u64 k0 = (u64)blockIdx.y * seg; k0 < nc; k0 += (u64)gridDim.y * seg) {
+            uint4 v[CG_SPAN_V], w[CG_SPAN_V];
+#pragma unroll
+            for (int j = 0; j < CG_SPAN_V; ++j) {
+                const u64 k = k0 + threadIdx.x + (u64)j * blockDim.x;
+                v[j] = fillv;
+                w[j] = fillv;
+                // Block k serves chunk k, and chunk k - 1 when d > 0 (block nc too).
+                if (keep && (k < nc || (d && k == nc))) v[j] = load_block_lean(sb + 16 * k, lo, hi);
+                if (keep && d && lane == 31u && k < nc) w[j] = load_block_lean(sb + 16 * (k + 1), lo, hi);
+            }
+#pragma unroll
+            for (int j = 0; j < CG_SPAN_V; ++j) {
+                const u64 k = k0 + threadIdx.x + (u64)j * blockDim.x;
+                uint4 val = v[j];
+                if (keep && d) {
+                    const uint4 nx = shfl_down_block(v[j]);
+                    val = window16(v[j], lane == 31u ? w[j] : nx, d);
+                }
+                if (k < nc) store_stream((uint4*)(a0 + 16 * k), val);
+            }
+        }
+        if (blockIdx.y == 0) {
+            const u64 head = (nc ? a0 : end) - ob;       // bytes before chunk 0 (all, if none)
+            const u64 tail = nc ? a0 + 16 * nc : end;    // the first byte after the last chunk
+            const u64 extra = head + (end - tail);
+            for (u64 j = threadIdx.x; j < extra; j += blockDim.x) {
+                const u64 q = j < head ? ob + j : tail + (j - head);
+                const u32 f = (u32)q & 15u;  // out is 16-byte aligned: the fill pattern's byte
+                const unsigned char b = keep ? __ldg((const unsigned char*)(src + (q - ob)))
+                    : (unsigned char)(((f & 8u) ? a.fill[1] : a.fill[0]) >> ((f & 7u) * 8u));
+                store_stream((unsigned char*)q, b);
+            }
         }
     }
 }

@@ -33,7 +33,7 @@ def plan_for(geo: Geometry, limits: DeviceLimits, **force: Any) -> Plan:
     out_shape = _SHAPE_RULES[geo.op](geo.data_shape, geo.indices_shape, geo.axis)
     data = Operand(geo.data_shape, geo.data_strides, geo.dtype.itemsize, geo.data_align)
     return plan_elements(data, geo.indices_shape, geo.index_dtype.name, geo.axis, geo.mode,
-                         out_shape=out_shape, out_align=geo.out_align, **force)
+                         out_shape=out_shape, out_align=geo.out_align, limits=limits, **force)
 
 
 def _geometry(key: Tuple[Any, ...]) -> Geometry:

@@ -14,8 +14,8 @@ import math
 from typing import Optional
 
 from . import tuning
-from .core import (GRID_X_MAX, Launch, Operand, Plan, cdiv, check_launch, divisors, index_math,
-                   merge_dims, no_empty_axis, pad, split_run, too_many_dims, unit_for)
+from .core import (GRID_X_MAX, DeviceLimits, Launch, Operand, Plan, cdiv, check_launch, divisors,
+                   index_math, merge_dims, no_empty_axis, pad, split_run, too_many_dims, unit_for)
 from .keys import KernelKey
 
 __all__ = ["plan_elements", "elements_shape", "along_axis_shape", "TILE_COLS"]
@@ -74,16 +74,20 @@ def _contiguous_strides(shape) -> list:
 
 def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mode: str, *,
                   out_shape=None, out_align: int = 256, math_name: Optional[str] = None,
-                  max_grid: Optional[int] = None, column_tiles: Optional[bool] = None) -> Plan:
+                  max_grid: Optional[int] = None, column_tiles: Optional[bool] = None,
+                  kind: Optional[str] = None, limits: DeviceLimits = DeviceLimits()) -> Plan:
     """Plan ``out[c] = data[c with c[axis] replaced by indices[c]]``.
 
     ``axis`` must be normalised.  ``out_shape`` defaults to the indices' shape
     (GatherElements); take_along_axis passes the broadcast shape.  On other
     dimensions data may be larger than the output (read from its corner) or 1
     (broadcast), and indices equal to the output or 1 (broadcast).
-    ``math_name``, ``max_grid`` and ``column_tiles`` force an index math, a
-    smaller grid or the slot order (tests and benchmarks).
+    ``math_name``, ``max_grid``, ``column_tiles`` and ``kind`` (``"elements"``
+    or ``"elements_row"``) force an index math, a smaller grid, the slot order
+    or the kernel (tests and benchmarks).
     """
+    if kind not in (None, "elements", "elements_row"):
+        raise ValueError(f"kind must be 'elements' or 'elements_row', got {kind!r}")
     indices_shape = tuple(indices_shape)
     out_shape = tuple(indices_shape if out_shape is None else out_shape)
     axis_len = data.shape[axis]
@@ -119,7 +123,16 @@ def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mod
     mname = index_math(total, math_name)
     fields = dict(total=total, axis_len=axis_len, s_axis=s_axis, ndim=len(dims),
                   dims=divisors([n for n, _, _ in dims], mname),
-                  strides=pad([s for _, s, _ in dims]), index_strides=pad([i for _, _, i in dims]))
+                  strides=pad([s for _, s, _ in dims]), index_strides=pad([i for _, _, i in dims]),
+                  stage_unit=0)
+    unmet = _row_unmet(dims, axis_len, s_axis, unit, limits)
+    if kind == "elements_row" and unmet:
+        raise ValueError(f"kernel kind 'elements_row' needs {unmet}")
+    if kind is None and not unmet and column_tiles is None and _row_pays(dims[0][0], axis_len * unit):
+        kind = "elements_row"
+    if kind == "elements_row":
+        return _plan_row(data, dims, axis_len, unit, total, index_dtype, mname, mode, fields,
+                         max_grid, base)
     # Columns: the dimensions inside the gathered (or a broadcast) one, where
     # output and data positions move together.  From a warp's width on, slots
     # go in column tiles (kernels/elements.cuh), so that the blocks resident
@@ -147,3 +160,41 @@ def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mod
                   (tuning.MAX_THREADS, 1, 1))
     return Plan(main=main, reason=f"{len(dims)} dims of {unit} B units, "
                                   f"{tuning.ELEMENTS_ILP} per thread, {order}", **base)
+
+
+def _row_unmet(dims, axis_len: int, s_axis: int, unit: int, limits: DeviceLimits) -> str:
+    """What the elements_row kernel needs that this geometry lacks ("" when it can
+    run it): the gathered axis innermost in the output with contiguous indices,
+    contiguous elements of one unit in data, and a data row within shared memory."""
+    if not dims:  # one output element, nothing split
+        return "an output of rows along the gathered axis"
+    _, inner_s, inner_i = dims[0]
+    row = axis_len * unit
+    if inner_s != 0 or inner_i != 1:
+        return "the gathered axis innermost in the output, its indices contiguous"
+    if s_axis != unit or row > limits.max_shared_mem:
+        return (f"a contiguous data row of at most {limits.max_shared_mem} bytes; here "
+                f"{axis_len} elements of {unit} B, {s_axis} B apart")
+    return ""
+
+
+def _row_pays(picks: int, row_bytes: int) -> bool:
+    """Staging a row reads every byte of it once; direct picks read a 32-byte
+    sector each.  Staging pays where the picks would read at least the row's
+    bytes (H200, (4096, 4096) float32 with 1024 picks per row: see BENCHMARKS.md)."""
+    return picks * 32 >= row_bytes
+
+
+def _plan_row(data, dims, axis_len, unit, total, index_dtype, mname, mode, fields, max_grid,
+              base) -> Plan:
+    picks = dims[0][0]
+    rows = total // picks
+    row = axis_len * unit
+    # The rows start at the data's alignment plus multiples of the outer strides.
+    stage = unit_for(row, data.align, *[abs(s) for _, s, _ in dims[1:]])
+    fields.update(cols=picks, row_tiles=rows, col_tiles=0, stage_unit=stage)
+    grid = (min(rows, max_grid or GRID_X_MAX), 1, 1)
+    main = Launch(KernelKey("elements_row", unit, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1), cdiv(row, 16) * 16)
+    return Plan(main=main, reason=f"a data row of {row} B staged in shared memory per output "
+                                  f"row of {picks} picks", **base)

@@ -22,7 +22,7 @@ from .keys import KernelKey
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
-                "strided")
+                "span", "lean", "strided")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,8 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         kind, row_unroll, base["chosen_by"] = _choose(
             limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align)
     else:
-        unmet = _unmet(kind, row_bytes, unit, axis_len, s_axis, out_align, limits)
+        unmet = _unmet(kind, row_bytes, unit, axis_len, s_axis, out_align, limits,
+                       rows * row_bytes)
         if unmet:
             raise ValueError(f"kernel kind {kind!r} needs {unmet}")
     if kind == "strided":
@@ -149,9 +150,12 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
                             mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
 
-    if kind == "flat":
-        return _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+    if kind in ("flat", "lean"):
+        return _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                           math_name, max_grid or GRID_X_MAX, base, limits)
+    if kind == "span":
+        return _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                          math_name, max_grid, base)
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
@@ -213,7 +217,7 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
 
 
 def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
-           out_align: int, limits: DeviceLimits) -> str:
+           out_align: int, limits: DeviceLimits, out_bytes: int) -> str:
     """What kernel ``kind`` needs that a contiguous-row geometry lacks ("" when it
     can run it): the one test for a forced kind and for a tuning table's choice."""
     if kind in ("scalar", "inner", "slab") and row_bytes != unit:
@@ -232,6 +236,12 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "flat" and (unit >= 16 or out_align < 16):
         return (f"units narrower than 16 bytes and a 16-byte aligned output; units here "
                 f"are {unit} B, out aligned to {out_align} B")
+    if kind == "span" and (row_bytes < tuning.SPAN_MIN_ROW or out_align < 16):
+        return (f"rows of at least {tuning.SPAN_MIN_ROW} bytes and a 16-byte aligned output; "
+                f"rows here are {row_bytes} B, out aligned to {out_align} B")
+    if kind == "lean" and out_bytes > tuning.LEAN_MAX_OUT:
+        return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes (a short call); this one "
+                f"is {out_bytes} B")
     return ""
 
 
@@ -269,7 +279,8 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
         return kind, None, why + f" (the {tab.arch} tuning table leaves this geometry to them)"
     skipped = []
     for label, cand, ru in choice.ranked:
-        if _unmet(cand, row_bytes, unit, axis_len, s_axis, out_align, limits):
+        if (_unmet(cand, row_bytes, unit, axis_len, s_axis, out_align, limits,
+                   n_outer * n_idx * row_bytes) or table.declines(label, feats)):
             skipped.append(label)
             continue
         verb = "does" if len(skipped) == 1 else "do"
@@ -359,11 +370,12 @@ def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_d
                                         f"{ilp} per thread", **base)
 
 
-def _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
-               grid_cap, base, limits) -> GatherPlan:
-    # 16-byte chunks of `per` units of the output (plan_gather checked _unmet: the
-    # output's base is 16-byte aligned, so every full chunk is one aligned store).
-    per = 16 // unit
+def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+               math_name, grid_cap, base, limits) -> GatherPlan:
+    # flat: 16-byte chunks of `per` units of the output (plan_gather checked
+    # _unmet: the output's base is 16-byte aligned, so every full chunk is one
+    # aligned store).  lean: one unit per thread (a chunk of one unit).
+    per = 16 // unit if kind == "flat" else 1
     total = n_outer * n_idx * units
     chunks = cdiv(total, per)
     # the chunk's first unit, chunks * per, is the largest numerator split
@@ -374,6 +386,34 @@ def _plan_flat(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, 
                   unit_div=make_divisor(units, bits))
     threads = _spread(chunks, tuning.MAX_THREADS, limits)
     grid = (min(cdiv(chunks, threads), grid_cap), 1, 1)
-    main = Launch(KernelKey("flat", unit, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
+    main = Launch(KernelKey(kind, unit, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
+    if kind == "lean":
+        return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row, one unit per "
+                                            f"thread", **base)
     return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row as {chunks} "
                                         f"16-byte chunks of {per} units", **base)
+
+
+def _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
+               max_grid, base) -> GatherPlan:
+    # Segments of blockDim.x * SPAN_V aligned 16-byte output chunks per row, split
+    # like the chunks kernel's: one segment up to MAX_THREADS threads' worth, beyond
+    # that segments of at most CHUNKS_SPLIT threads' worth, the row shared evenly;
+    # blockDim.x a multiple of 32 (the kernel's shuffles take whole warps per row).
+    rows = n_outer * n_idx
+    v = tuning.SPAN_V
+    chunks = cdiv(row_bytes, 16)
+    segs = 1 if chunks <= tuning.MAX_THREADS * v else cdiv(chunks, tuning.CHUNKS_SPLIT * v)
+    tx = cdiv(cdiv(chunks, segs * v), 32) * 32
+    ty = max(1, tuning.MAX_THREADS // tx)
+    mname = index_math(max(rows, n_idx, n_outer), math_name)
+    lo, hi = data.extent()
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
+                  row_bytes=row_bytes, lo=lo, hi=hi,
+                  n_div=make_divisor(max(n_idx, 1), 32 if mname == "fast32" else 64),
+                  seg_chunks=tx * v)
+    grid = (min(cdiv(rows, ty), max_grid or GRID_X_MAX), min(segs, max_grid or GRID_YZ_MAX), 1)
+    main = Launch(KernelKey("span", 16, index_dtype, mname, mode), fields, grid, (tx, ty, 1))
+    return GatherPlan(main=main, reason=f"rows of {row_bytes} B as aligned 16-byte chunks; "
+                                        f"block {tx}x{ty}, {v} chunks per thread, {segs} "
+                                        f"segment(s) per row", **base)

@@ -109,6 +109,12 @@ _SPECS = {
     # Rows of units narrower than 16 bytes, written as 16-byte chunks of units.
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),
                      min_blocks=lambda key: tuning.FLAT_BLOCKS[(key.unit, key.math)]),
+    # Short calls: one unit per thread, nothing unrolled (FlatArgs).
+    "lean": KindSpec("gather.cuh", "gather_lean", "FlatArgs"),
+    # Long rows of any length and alignment as aligned 16-byte chunks, the
+    # row's index read once per thread.
+    "span": KindSpec("gather.cuh", "gather_span", "SpanArgs", units=(16,),
+                     min_blocks=tuning.SPAN_BLOCKS),
     # The strided fallback of Gather/take: any strides, one unit per thread.
     # Plain division is built for it only, as the reference fast_divmod is
     # measured against.
@@ -117,6 +123,9 @@ _SPECS = {
                       modes=("raise",), units=(0,)),
     "elements": KindSpec("elements.cuh", "gather_elements", "ElementsArgs", modes=_ONNX_MODES,
                          min_blocks=_elements_nd_blocks),
+    # GatherElements along the innermost axis, a data row staged per output row.
+    "elements_row": KindSpec("elements.cuh", "gather_elements_row", "ElementsArgs",
+                             modes=_ONNX_MODES, min_blocks=3),
     "nd": KindSpec("nd.cuh", "gather_nd", "NDArgs", modes=_ONNX_MODES,
                    min_blocks=_elements_nd_blocks),
     "check_nd": KindSpec("nd.cuh", "check_nd", "NDCheckArgs", maths=("fast64",),

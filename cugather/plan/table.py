@@ -41,14 +41,15 @@ __all__ = ["CANDIDATES", "REFERENCE_ONLY", "FEATURES", "FORMAT", "TuningTable", 
            "features", "fit", "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
 
 #: Version of the table format this code reads and writes.
-FORMAT = 2
+FORMAT = 3
 
 #: Candidate plans of a contiguous-row Gather: (label, kind, rows per thread).
 CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("rows/1", "rows", 1), ("rows/2", "rows", 2), ("rows/4", "rows", 4),
     ("chunks", "chunks", None), ("scalar", "scalar", None), ("inner", "inner", None),
     ("slab", "slab", None), ("window", "window", None), ("pack", "pack", None),
-    ("flat", "flat", None), ("strided", "strided", None),
+    ("flat", "flat", None), ("span", "span", None), ("lean", "lean", None),
+    ("strided", "strided", None),
 )
 _KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
 #: Candidates timed (each geometry's fastest time counts them) but never named by
@@ -62,7 +63,17 @@ REFERENCE_ONLY = ("strided",)
 #: Features a table splits on (log2 of counts and byte sizes, so thresholds read
 #: as powers of two).
 FEATURES = ("log2_row_bytes", "unit", "log2_units", "row_mod16", "log2_outer", "log2_picks",
-            "log2_rows", "log2_out_bytes", "log2_axis_len", "log2_table_bytes", "index_bytes")
+            "log2_rows", "log2_out_bytes", "log2_axis_len", "log2_table_bytes", "index_bytes",
+            "log2_picks_per_axis")
+
+#: Candidates that stage a whole axis row in shared memory: they read every byte
+#: of it, so the planner takes them only where staging pays (:func:`declines`).
+STAGING = ("inner", "slab")
+#: Fewest geometries of a leaf a candidate must apply to before the leaf may rank
+#: it: a kernel that applies to one geometry of a leaf and is fastest there says
+#: little about the others it applies to (H200 seed 6211: a leaf ranked slab on
+#: such evidence and ran 21 KB axis rows of one-byte picks at 0.48x the best peer).
+MIN_SUPPORT = 4
 
 SHIPPED = Path(__file__).with_name("tables")
 _MAX_BYTES = 8 << 20
@@ -86,7 +97,23 @@ def features(row_bytes: int, unit: int, n_outer: int, n_idx: int, axis_len: int,
             "log2_picks": lg(n_idx), "log2_rows": lg(n_outer * n_idx),
             "log2_out_bytes": lg(n_outer * n_idx * row_bytes),
             "log2_axis_len": lg(axis_len), "log2_table_bytes": lg(n_outer * axis_len * row_bytes),
-            "index_bytes": float(index_bytes)}
+            "index_bytes": float(index_bytes),
+            "log2_picks_per_axis": lg(n_idx) - lg(axis_len)}
+
+
+def declines(label: str, feats: Dict[str, float]) -> bool:
+    """Whether the planner leaves candidate ``label`` out of a geometry with
+    features ``feats`` even where its kernel could run it.
+
+    A staging candidate (:data:`STAGING`) reads the whole axis row, where direct
+    picks read at most one 32-byte sector each: with fewer picks than the row
+    has 32-byte sectors, staging moves more bytes than it saves (H200 seed 6211:
+    93 picks from 7 KB axis rows staged at 0.42x the best peer).  The fit treats
+    a declined candidate like one that does not apply.
+    """
+    if label not in STAGING:
+        return False
+    return feats["log2_picks"] + 5 < feats["log2_axis_len"] + feats["log2_row_bytes"]
 
 
 @dataclass(frozen=True)
@@ -354,7 +381,9 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         cost[g, -1] = rule
     ids = [0]
 
-    applies = numpy.array([[label in r["times"] for label in labels[:-1]] for r in rows])
+    applies = numpy.array([[label in r["times"] and not declines(label, r["features"])
+                            for label in labels[:-1]] for r in rows])
+    cost[:, :-1] = numpy.where(applies, cost[:, :-1], cost[:, -1:])
 
     def leaf(idx: Any) -> Dict[str, Any]:
         ranked, spent = _rank(cost, applies, idx)
@@ -407,8 +436,9 @@ def _rank(cost: Any, applies: Any, idx: Any) -> Tuple[List[int], float]:
     whether it applies.  Greedily, with one step of look-ahead: the first
     candidate is the one whose cost where it applies, plus the best single
     choice for the geometries where it does not, is least; the rest is ranked
-    the same way over those geometries.  An empty list keeps the rules (also
-    on a tie).
+    the same way over those geometries.  A candidate is ranked only where it
+    applies to :data:`MIN_SUPPORT` of them or more.  An empty list keeps the
+    rules (also on a tie).
     """
     import numpy
 
@@ -422,7 +452,7 @@ def _rank(cost: Any, applies: Any, idx: Any) -> Tuple[List[int], float]:
         best, best_c = keep, None
         for c in free:
             app = applies[rest, c]
-            if not app.any():
+            if app.sum() < min(MIN_SUPPORT, len(rest)):
                 continue
             left = rest[~app]
             after = min(float(cost[left, d].sum()) for d in free + [rule] if d != c) \

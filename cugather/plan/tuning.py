@@ -64,8 +64,21 @@ PACK_ILP = 2
 # 16 or 8 of them, so those take fewer.
 FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64"): 4,
                (2, "fast32"): 4, (2, "fast64"): 3, (1, "fast32"): 4, (1, "fast64"): 2}
+# span (long rows as aligned 16-byte chunks, a row's index read once per thread):
+# chunks per thread, all loaded before the first store; rows of fewer bytes than
+# SPAN_MIN_ROW are not its (a row then leaves most lanes of its warp idle);
+# __launch_bounds__ minimum resident blocks.
+SPAN_V = 4
+SPAN_MIN_ROW = 256
+SPAN_BLOCKS = 3
+# lean (one unit per thread, nothing unrolled): outputs of at most this many bytes
+# (short calls, whose time is the launch and two dependent loads).
+LEAN_MAX_OUT = 1 << 20
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
+# elements_row (a data row staged in shared memory per output row): picks per
+# thread whose indices are loaded before the row is staged.
+ELEMENTS_ROW_PICKS = 4
 # nd: rows per thread for rows of at most MAX_THREADS units (2 beat 1, 4, 8),
 # units per thread along longer rows.
 ND_SHORT_RU = 2
@@ -122,7 +135,9 @@ KERNEL_DEFINES = {
     "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_PACK_ROWS": PACK_ROWS,
     "CG_PACK_ILP": PACK_ILP,
+    "CG_SPAN_V": SPAN_V,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
+    "CG_ELEMENTS_ROW_PICKS": ELEMENTS_ROW_PICKS,
     "CG_ND_SHORT_RU": ND_SHORT_RU,
     "CG_ND_LONG_CU": ND_LONG_CU,
     "CG_STREAM_STORES": STREAM_STORES,

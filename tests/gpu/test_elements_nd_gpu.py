@@ -53,6 +53,44 @@ def test_gather_elements_matches_numpy(dtype, index_dtype, mode, axis):
                 f"{dtype} {index_dtype} {mode} axis={axis}")
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape,idx_shape", [
+    ((300, 4096), (300, 1024)),           # the top-k pattern: more picks than preloaded
+    ((7, 9, 1031), (7, 5, 2000)),          # odd rows, outer dims narrower than data
+    ((50, 37), (40, 600)),
+])
+def test_gather_elements_staged_rows_match_numpy(dtype, index_dtype, mode, shape, idx_shape):
+    """The last axis with many picks per row stages each data row (elements_row,
+    the planner's own choice where a row fits in shared memory); forced back to
+    the elements kernel, the same result."""
+    from cugather.ops import elements as el
+    from cugather.runtime import run_plan
+    from cugather.runtime.key import call_key, geometry_of_key
+    from cugather.runtime.launch import CUDA
+    from cugather.validate import fill_bytes
+
+    rng = _rng("elrow", dtype, index_dtype, mode, shape)
+    host = random_data(rng, shape, dtype)
+    data = cp.asarray(host)
+    idx = cp.asarray(_indices(rng, idx_shape, shape[-1], index_dtype, mode))
+    want = elements_ref(host, idx.get(), -1, mode, fill_value=1)
+    got = cugather.gather_elements(data, idx, -1, mode=mode, fill_value=1)
+    assert_same(got.get(), want, f"{dtype} {index_dtype} {mode} {shape}")
+    geo = geometry_of_key("elements", call_key(None, 0, data, data.data.ptr, idx, 0),
+                          len(shape) - 1, mode)
+    limits = CUDA.limits(data.data.device_id)
+    staged = shape[-1] * data.itemsize <= limits.max_shared_mem
+    assert el.plan_for(geo, limits).key.kind == ("elements_row" if staged else "elements")
+    fill = fill_bytes(1, data.dtype) if mode == "fill" else None
+    for kind in ("elements", "elements_row") if staged else ("elements",):
+        plan = el.plan_for(geo, limits, kind=kind)
+        assert plan.key.kind == kind
+        got = run_plan(plan, data, idx, fill=fill)
+        assert_same(got.get(), want, f"{dtype} {index_dtype} {mode} {shape} {kind}")
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "complex128"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape,idx_shape,axis", [

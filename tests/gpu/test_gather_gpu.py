@@ -47,7 +47,8 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "flat", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "flat", "lean",
+                                  "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -93,6 +94,35 @@ def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
             got = run_plan(plan, data, cp.asarray(idx), fill=fill)
             want = gather_ref(host, idx, axis, mode, 0xA5)
             assert_same(got.get(), want, f"rows of {row_bytes} B at offset {shift}, {shape}")
+
+
+@pytest.mark.parametrize("row_bytes", [256, 263, 1000, 4096, 4099, 16417, 40960])
+@pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
+def test_span_rows_of_every_offset(row_bytes, mode):
+    """The span kernel on long rows at every offset from a 16-byte boundary, from a
+    leading and a middle axis, with int32 and int64 indices, over many blocks (rows
+    of more than 16 KB in several segments)."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    rng = np.random.default_rng(row_bytes + len(mode))
+    n = 60
+    for shift in (0, 1, 4, 7, 8, 13):
+        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
+            host = rng.integers(0, 256, shape, dtype=np.uint8)
+            raw = cp.zeros(host.size + 32, cp.uint8)
+            data = raw[shift:shift + host.size].reshape(shape)
+            data[...] = cp.asarray(host)
+            for index_dtype in ("int32", "int64"):
+                idx = random_indices(rng, (int(rng.integers(200, 900)),), n, index_dtype,
+                                     out_of_range=mode != "raise")
+                plan = cugather.GatherOp(axis, mode=mode, fill_value=0xA5).plan(data, idx,
+                                                                                kind="span")
+                assert plan.key.kind == "span"
+                fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
+                got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+                assert_same(got.get(), gather_ref(host, idx, axis, mode, 0xA5),
+                            f"rows of {row_bytes} B at offset {shift}, {shape}, {index_dtype}")
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])

@@ -178,6 +178,33 @@ def _flat(key: KernelKey) -> list:
     ]
 
 
+@register("lean")
+def _lean(key: KernelKey) -> list:
+    # One unit per thread: rows of several units over several blocks with a
+    # partial last one, a middle axis on a grid of one block (the loop strides
+    # across rows and outer slices), rows of one unit.
+    return [
+        Case((50, 7), axis=0, index_shape=(130,), **_common(key, "blocks")),
+        Case((3, 40, 5), axis=1, index_shape=(20, 11), **_common(key, "stride", max_grid=1)),
+        Case((40,), axis=0, index_shape=(3, 7), **_common(key, "small")),
+    ]
+
+
+@register("span")
+def _span(key: KernelKey) -> list:
+    # Rows of 16-byte units (1 segment, several rows per block), rows of 301
+    # bytes at every alignment from a misaligned table (d != 0: shuffled
+    # windows, head and tail bytes) on a grid of one block, rows of 2 KB in
+    # several segments on a grid that loops over rows and segments.
+    return [
+        Case((40, 20), axis=0, index_shape=(90,), **_window_common(key, "blocks", "complex128")),
+        Case((3, 20, 301), axis=1, index_shape=(7, 3), layout="offset",
+             **_window_common(key, "offset", "uint8", max_grid=1)),
+        Case((9, 1031), axis=0, index_shape=(13,), **_window_common(key, "segments", "int16",
+                                                                    max_grid=2)),
+    ]
+
+
 @register("strided")
 def _strided(key: KernelKey) -> list:
     # Non-contiguous layouts: the unit is the item size; 750 / 800 output units

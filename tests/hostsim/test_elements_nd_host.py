@@ -22,7 +22,7 @@ if build.no_compiler_reason():
 
 pytestmark = pytest.mark.hostsim
 
-ELEMENTS_ND_KINDS = ("elements", "nd", "check_nd")
+ELEMENTS_ND_KINDS = ("elements", "elements_row", "nd", "check_nd")
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
 DTYPES = ["bool", "int8", "uint16", "float16", "int32", "float32", "uint64", "float64",
           "complex64", "complex128"]
@@ -117,6 +117,45 @@ def test_every_elements_key(key):
         _assert_same(got, elements_ref(data, idx, 1, key.mode, fill_value=1),
                      f"{key.entry} column_tiles={tiles}")
     assert key in runner.executed_keys()
+
+
+@pytest.mark.parametrize("key", [k for k in _elements_nd_keys() if k.kind == "elements_row"],
+                         ids=_key_id)
+def test_every_elements_row_key(key):
+    """The staged-row kernel: rows of 37 elements (the unit's staging loads and a
+    tail), 300 picks per row (more than CG_ELEMENTS_ROW_PICKS per thread: the loop
+    after the preloaded indices), outer dimensions narrower in the output than in
+    data, a grid smaller than the rows."""
+    rng = _seed("elements_row", key)
+    dtype = UNIT_DTYPES[key.unit]
+    data = runner.device_copy(random_data(rng, (4, 3, 37), dtype))
+    for idx_shape in ((4, 3, 300), (3, 2, 5)):
+        idx = _indices(rng, idx_shape, 37, key.index_dtype, key.mode)
+        got, plan = host_elements(data, idx, 2, key.mode, fill_value=1, math_name=key.math,
+                                  max_grid=2, kind="elements_row")
+        assert plan.key == key, plan.describe()
+        _assert_same(got, elements_ref(data, idx, 2, key.mode, fill_value=1),
+                     f"{key.entry} indices {idx_shape}")
+    assert key in runner.executed_keys()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mode", MODES)
+def test_elements_row_is_planned_for_the_last_axis_and_matches(layout, mode):
+    """GatherElements on the last axis with many picks per row stages the row
+    (the planner's own choice), on every layout it applies to; the others keep the
+    elements kernel.  Both against the reference."""
+    rng = _seed("elements_row_auto", layout, mode)
+    host = random_data(rng, (6, 64), "float32")
+    data = view_of(rng, host, layout)
+    idx = _indices(rng, (5, 90), 64, "int64", mode)
+    got, plan = host_elements(data, idx, 1, mode, fill_value=1)
+    contiguous_rows = data.strides[1] == 4 and data.ctypes.data % 4 == 0
+    assert (plan.key.kind == "elements_row") == contiguous_rows, (layout, plan.describe())
+    _assert_same(got, elements_ref(data, idx, 1, mode, fill_value=1), f"{layout} {mode}")
+    few = _indices(rng, (5, 3), 64, "int64", mode)   # 3 picks of a 256-byte row: direct
+    _, plan = host_elements(data, few, 1, mode, fill_value=1)
+    assert plan.key.kind == "elements", plan.describe()
 
 
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])

@@ -213,7 +213,8 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
     launch); with out= the check kernel runs first, nothing after it, and out= stays
     untouched."""
     shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab") else
-                   ((60, 3), 0) if kind == "pack" else ((60, 5), 0))
+                   ((60, 3), 0) if kind == "pack" else
+                   ((60, 70), 0) if kind == "span" else ((60, 5), 0))
     case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,
                 bad_at=(650, 333, 512), force=(("kind", kind), ("max_grid", 1)),
                 with_out=with_out)
@@ -318,6 +319,50 @@ def test_flat_every_row_length_from_every_axis(dtype, mode):
             row = item * (1 if shape == (2, n) else units)
             ran = [(k.kind, k.unit) for k, *_ in runner.last_launches()]
             assert ran == [("flat", row & -row)], ran  # the widest unit dividing the row
+
+
+@pytest.mark.parametrize("row_bytes", [256, 257, 263, 300, 511, 512, 1031, 16417])
+@pytest.mark.parametrize("mode", ["wrap", "fill", "clip"])
+def test_span_every_row_length_and_alignment(row_bytes, mode):
+    """The span kernel on rows starting at every offset from a 16-byte boundary
+    (so that the shuffled windows, the head and the tail bytes all occur), rows
+    of 16417 bytes in several segments, from a leading and a middle axis, against
+    numpy.take."""
+    rng = np.random.default_rng(row_bytes * 7 + len(mode))
+    n = 5
+    for shift in range(16):
+        for shape, axis in (((n, row_bytes), 0), ((2, n, row_bytes), 1)):
+            size = int(np.prod(shape))
+            raw = runner.device_empty((size + 32,), np.uint8)
+            data = raw[shift:shift + size].reshape(shape)
+            data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+            k = 3 if row_bytes > 4096 else 11
+            idx = rng.integers(-n - 2 if mode == "fill" else -3 * n, 2 * n, size=k)
+            got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="span")
+            ok = (idx >= -n) & (idx < n)
+            pick = {"wrap": idx % n, "fill": np.where(ok, idx % n, 0),
+                    "clip": np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1)}[mode]
+            want = np.take(data, pick, axis)
+            if mode == "fill":
+                sel = [slice(None)] * want.ndim
+                sel[axis] = ~ok
+                want[tuple(sel)] = 0xA5
+            assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
+            ran = [k.kind for k, *_ in runner.last_launches()]
+            assert ran == ["span"], runner.last_launches()
+
+
+def test_span_fills_whole_elements():
+    """Fill mode through the span kernel with rows whose length is not a multiple
+    of 16: the head and tail bytes of a filled row take the fill pattern's bytes at
+    their output offsets, so every element is the fill value."""
+    data = runner.device_copy(np.arange(6 * 37, dtype=np.float64).reshape(6, 37))
+    idx = np.array([1, 9, -2, -40, 3, 100, 0])
+    got = runner.host_gather(data, idx, 0, mode="fill", fill_value=-1.25, kind="span")
+    ok = (idx >= -6) & (idx < 6)
+    want = np.take(data, np.where(ok, idx % 6, 0), axis=0)
+    want[~ok] = -1.25
+    assert_same(got, want, f"indices {idx.tolist()}")
 
 
 def test_empty_and_scalar_indices():

@@ -99,12 +99,32 @@ def test_gather_elements_column_tiles_when_a_warp_of_columns_sits_inside_the_axi
     # Columns stop at the gathered axis and at a broadcast data dimension.
     mid = plan_elements(op((6, 50, 40)), (6, 7, 40), "int32", 1, "clip")
     assert mid.fields["cols"] == 40 and mid.fields["row_tiles"] == -(-6 * 7 // 16)
-    last = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap")
+    last = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap", kind="elements")
     narrow = plan_elements(op((1000, 31)), (300, 31), "int64", 0, "wrap")
     for p in (last, narrow):
         assert p.fields["col_tiles"] == 0 and "flat order" in p.reason, p.reason
     forced = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap", column_tiles=True)
     assert forced.fields["cols"] == 1 and forced.fields["row_tiles"] == 64 * 300 // 16
+
+
+def test_gather_elements_stages_rows_where_the_picks_cover_them():
+    """The last axis, contiguous, a row within shared memory and at least one pick
+    per 32 bytes of row: elements_row, one block per output row; fewer picks, a
+    row too long, or the axis not innermost: the elements kernel."""
+    row = plan_elements(op((64, 1000)), (64, 300), "int64", 1, "wrap")
+    assert row.key.kind == "elements_row" and row.shared_mem == 4000
+    assert row.fields["cols"] == 300 and row.fields["row_tiles"] == 64
+    assert row.fields["stage_unit"] == 16 and row.grid == (64, 1, 1)
+    few = plan_elements(op((64, 1000)), (64, 100), "int64", 1, "wrap")   # 3.2 KB < 4 KB
+    big = plan_elements(op((64, 13000)), (64, 13000), "int64", 1, "wrap")  # 52 KB row
+    first = plan_elements(op((1000, 64)), (300, 64), "int64", 0, "wrap")
+    assert [p.key.kind for p in (few, big, first)] == ["elements"] * 3
+    with pytest.raises(ValueError, match="data row of at most 49152 bytes"):
+        plan_elements(op((64, 13000)), (64, 13000), "int64", 1, "wrap", kind="elements_row")
+    with pytest.raises(ValueError, match="gathered axis innermost"):
+        plan_elements(op((1000, 64)), (300, 64), "int64", 0, "wrap", kind="elements_row")
+    odd = plan_elements(op((64, 1001)), (64, 300), "int64", 1, "wrap")   # rows 4004 B apart
+    assert odd.key.kind == "elements_row" and odd.fields["stage_unit"] == 4
 
 
 def test_gather_elements_indices_smaller_than_data_keep_data_strides():

@@ -79,6 +79,7 @@ def test_row_kernels_cover_rows_and_units():
     ((505304440,), "i2", 0, 7914, "rows"),
     ((1000, 100), "u1", 0, 300, "window"),
     ((1000, 7), "u1", 0, 3000, "pack"),
+    ((5004,), "i4", 0, 6428, "lean"),
 ])
 def test_a_short_call_spreads_over_the_sms_and_a_long_one_keeps_full_blocks(
         shape, dtype, axis, n_idx, kind):
@@ -86,7 +87,7 @@ def test_a_short_call_spreads_over_the_sms_and_a_long_one_keeps_full_blocks(
     from cugather.plan.gather import plan_gather
 
     limits = DeviceLimits(sm_count=132)
-    for n, short in ((n_idx, True), (n_idx * 200, False)):
+    for n, short in ((n_idx, True), (n_idx * 30 if kind == "lean" else n_idx * 200, False)):
         p = plan_gather(Operand.contiguous(shape, np.dtype(dtype).itemsize), (n,), "int32",
                         axis, "wrap", limits=limits, kind=kind)
         threads = p.main.block[0] * p.main.block[1]
@@ -96,6 +97,7 @@ def test_a_short_call_spreads_over_the_sms_and_a_long_one_keeps_full_blocks(
             assert threads == 256 or p.main.block[0] > 64, p.describe()
         out = math.prod(p.out_shape) * np.dtype(dtype).itemsize
         per = {"scalar": 2 * p.main.key.unit, "flat": 16, "window": 32, "pack": 32,
+               "lean": p.main.key.unit,
                "rows": p.main.key.unit * p.main.fields.get("row_unroll", 1)}[kind]
         assert p.main.grid[0] * threads * per >= out   # the grid still covers the output
 

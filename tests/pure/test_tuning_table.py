@@ -40,6 +40,13 @@ def _record(rng, best_of):
     return {"features": feats, "times": times, "rule": "rows/1"}
 
 
+def _staging_pays(r):
+    """``r`` with enough picks that staging an axis row pays (tt.declines)."""
+    f = r["features"]
+    f["log2_picks"] = max(f["log2_picks"], f["log2_axis_len"] + f["log2_row_bytes"])
+    return r
+
+
 def _synthetic(n, seed=1):
     rng = np.random.default_rng(seed)
     rule = lambda f: "window" if f["row_mod16"] and f["log2_row_bytes"] < 9 else "rows/4"  # noqa: E731
@@ -87,7 +94,7 @@ def test_a_candidate_that_applies_to_few_geometries_leads_and_the_next_takes_the
     rng = np.random.default_rng(4)
     records = []
     for k in range(200):
-        r = _record(rng, lambda f: "rows/4")
+        r = _staging_pays(_record(rng, lambda f: "rows/4"))
         if k % 10 == 0:
             r["times"]["slab"] = 0.5
         else:
@@ -99,6 +106,44 @@ def test_a_candidate_that_applies_to_few_geometries_leads_and_the_next_takes_the
     assert all(leaf["mean_slowdown"] < 1.04 for leaf in table.leaves())
 
 
+def test_a_candidate_a_leaf_saw_too_rarely_is_not_ranked():
+    # slab applies to 3 geometries of one leaf (fewer than MIN_SUPPORT) and is
+    # fastest there: that is no evidence for the other geometries it applies to.
+    rng = np.random.default_rng(6)
+    records = []
+    for k in range(100):
+        r = _staging_pays(_record(rng, lambda f: "rows/4"))
+        if k < tt.MIN_SUPPORT - 1:
+            r["times"]["slab"] = 0.1
+        else:
+            r["times"].pop("slab")
+        records.append(r)
+    (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
+    assert leaf["choice"] == "rows/4" and "slab" not in leaf.get("then", [])
+    records[tt.MIN_SUPPORT - 1]["times"]["slab"] = 0.1    # now it is seen often enough
+    (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
+    assert (leaf["choice"], leaf["then"]) == ("slab", ["rows/4"])
+
+
+def test_staging_is_declined_where_the_picks_touch_fewer_bytes_than_the_row():
+    """inner and slab read the whole axis row: with fewer picks than the row has
+    32-byte sectors the fit treats them as not applying, and the planner skips
+    them where a leaf names them."""
+    few = tt.features(2, 2, 50000, 93, 3586, 4)       # 93 picks of a 7172-byte row
+    many = tt.features(2, 2, 50000, 4000, 3586, 4)
+    assert tt.declines("slab", few) and tt.declines("inner", few)
+    assert not tt.declines("slab", many) and not tt.declines("rows/1", few)
+    rng = np.random.default_rng(7)
+    records = []
+    for k in range(100):
+        r = _record(rng, lambda f: "rows/2")
+        r["features"] = few if k % 2 else many
+        r["times"]["slab"] = 0.1    # "fastest" everywhere, but declined on half
+        records.append(r)
+    (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
+    assert (leaf["choice"], leaf["then"]) == ("slab", ["rows/2"])
+
+
 def test_a_leaf_ranks_by_where_each_candidate_applies():
     """Three families of geometries, each with its own fastest candidate, where
     the candidates apply to nested sets: the leaf's list is the order in which
@@ -108,7 +153,7 @@ def test_a_leaf_ranks_by_where_each_candidate_applies():
     records = []
     for k in range(300):
         fam = k % 3
-        r = _record(rng, lambda f: ("inner", "window", "rows/2")[fam])
+        r = _staging_pays(_record(rng, lambda f: ("inner", "window", "rows/2")[fam]))
         if fam != 0:
             r["times"].pop("inner")      # inner applies to family 0 alone
         if fam == 2:
@@ -322,7 +367,8 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
         tt.clear_tables()
         shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab") else
                        ((300, 3), 0) if kind == "pack" else
-                       ((300, 7), 0) if kind == "flat" else ((300, 24), 0))
+                       ((300, 7), 0) if kind in ("flat", "lean") else
+                       ((300, 70), 0) if kind == "span" else ((300, 24), 0))
         p = _plan(shape, "float32", axis, 777)
         assert p.kind == kind, label
         if ru is not None:

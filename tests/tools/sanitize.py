@@ -57,12 +57,12 @@ import numpy as np  # noqa: E402
 #: dtype whose item size is the unit (bytes are what kernels move).
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
 #: Kinds whose unit is not the element: pack moves rows shorter than its unit.
-KIND_DTYPES = {"pack": "uint8"}
+KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
-                "strided")
-SHARED_KINDS = ("inner", "slab")  # kinds whose kernels stage data in shared memory
+                "span", "lean", "strided")
+SHARED_KINDS = ("inner", "slab", "elements_row")  # kinds that stage data in shared memory
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,15 @@ CANDIDATES = {
     "pack": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((6, 30), 1, (50,))],
+    "span": [Geometry((50, 301), 0, (33,)), Geometry((3, 7, 301), 1, (5,), max_grid=1),
+             Geometry((4, 16417), 0, (3,))],
+    "lean": [Geometry((50, 7), 0, (130,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
+             Geometry((40,), 0, (3, 7))],
     "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
     "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
                  Geometry((300, 7), 1, (300, 3), max_grid=1), Geometry((13, 30), 0, (20, 30), "transposed")],
+    "elements_row": [Geometry((6, 37), 1, (5, 300)), Geometry((4, 3, 37), 2, (3, 2, 5), max_grid=2)],
     "nd": [Geometry((5, 6, 3), 0, (7, 2)), Geometry((4, 5, 7), 1, (4, 6, 1), "reversed"),
            Geometry((2, 3, 301), 0, (5, 2)), Geometry((50, 6, 3), 0, (40, 2), max_grid=1)],
     # QuantizedRunner: the data's bytes are the table (4-bit under 2-byte outputs,
@@ -191,7 +196,7 @@ def expected(kind: str, mode: str, data, idx, geo: Geometry, fill):
     try:
         if kind.startswith("quantized"):
             return QuantizedRunner.expected(kind, mode, data, idx, fill)
-        if kind == "elements":
+        if kind in ("elements", "elements_row"):
             return fuzzcases.elements_ref(data, idx, geo.axis, mode, fill)
         if kind == "nd":
             return fuzzcases.nd_ref(data, idx, geo.axis, mode, fill)
@@ -249,10 +254,13 @@ class ElementsNDRunner(Runner):
         from cugather.plan.core import DeviceLimits
         from cugather.runtime.key import call_key, geometry_of_key
 
-        module, op = (elements, "elements") if self.key.kind == "elements" else (nd, "nd")
+        module, op = (nd, "nd") if self.key.kind == "nd" else (elements, "elements")
         key = call_key(None, 0, self.data, _ptr(self.data), self.indices, 0)
         geo = geometry_of_key(op, key, self.geo.axis, self.key.mode)
-        return module.plan_for(geo, DeviceLimits(), **self.force())
+        force = self.force()
+        if op == "elements":
+            force["kind"] = self.key.kind
+        return module.plan_for(geo, DeviceLimits(), **force)
 
 
 def _run(runner, out):
@@ -374,6 +382,7 @@ class QuantizedRunner(Runner):
 
 
 RUNNERS = {**{k: GatherRunner for k in GATHER_KINDS}, "elements": ElementsNDRunner,
+           "elements_row": ElementsNDRunner,
            "nd": ElementsNDRunner, "sharded": ShardedRunner,
            **{k: QuantizedRunner for k in CANDIDATES if k.startswith("quantized")}}
 
@@ -481,7 +490,7 @@ def _out_shape(kind, host, idx, geo):
     if kind.startswith("quantized"):  # 2-byte outputs: 4-bit values, two per byte
         return idx.shape + host.shape[1:-1] + (host.shape[-1] * host.itemsize * (
             2 if host.itemsize == 2 else 1),)
-    if kind == "elements":
+    if kind in ("elements", "elements_row"):
         return idx.shape
     if kind == "nd":
         return idx.shape[:-1] + host.shape[geo.axis + idx.shape[-1]:]
