@@ -679,21 +679,33 @@ __device__ __forceinline__ void gather_lean(const FlatArgs& a)
 // output as aligned 16-byte stores, the row's index read once per thread.
 // Block row threadIdx.y takes row R (rows tile blockIdx.x); blockIdx.y takes
 // a segment of seg_chunks = blockDim.x * CG_SPAN_V of the row's output
-// chunks, CG_SPAN_V per thread, warp-contiguous, all loaded before any store.
+// chunks: warp w of the block row the w-th run of 32 * CG_SPAN_V of them,
+// CG_SPAN_V per lane 32 apart, all loaded before any store.
 // Chunk k is the aligned output block at a0 + 16k (a0: the row's first
 // 16-byte aligned output byte); its bytes start at src + (a0 - row start) +
 // 16k, d bytes past an aligned block for every k of the row.  Each lane loads
-// the aligned block under its chunk; the next block is its neighbour lane's
-// (a warp shuffle; lane 31 loads it), and the two are funnel-shifted into
-// place, so every source block is read once.  The bytes before a0 and after
-// the last whole chunk, at most 15 each, go one by one in segment 0.  The
-// window kernel instead splits every chunk into (row, offset) and loads the
-// row's index again per chunk; the chunks kernel moves rows of 4- and 8-byte
-// units in units of that width.
+// the aligned block under its chunk; the block after it is the next lane's
+// (a warp shuffle), lane 31's the block of lane 0's next chunk, or after the
+// run one more load, and the two are funnel-shifted into place, so every
+// source block is read once.  The bytes before a0 and after the last whole
+// chunk, at most 15 each, are read with the blocks and written one by one in
+// segment 0.  Rows whose blocks reach outside [lo, hi) (the first and last
+// rows of a table that does not start or end on a 16-byte boundary) take a
+// plain loop of bounded window loads instead.
 // ---------------------------------------------------------------------------
 #if !defined(CG_SPAN_V)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
+
+__device__ __forceinline__ uint4 shfl_block(const uint4& v, int lane)
+{
+    uint4 r;
+    r.x = __shfl_sync(0xFFFFFFFFu, v.x, lane);
+    r.y = __shfl_sync(0xFFFFFFFFu, v.y, lane);
+    r.z = __shfl_sync(0xFFFFFFFFu, v.z, lane);
+    r.w = __shfl_sync(0xFFFFFFFFu, v.w, lane);
+    return r;
+}
 
 __device__ __forceinline__ uint4 shfl_down_block(const uint4& v)
 {
@@ -709,12 +721,14 @@ template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_span(const SpanArgs& a)
 {
     typedef typename M::Ix Ix;
+    constexpr int V = CG_SPAN_V;
     const Ix rows = (Ix)a.rows;
     const u64 rb = a.row_bytes, seg = a.seg_chunks;
     const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
     const uint4 fillv = fill_unit<uint4>(a.fill);
     const Idx* idx = (const Idx*)a.indices;
     const u32 lane = threadIdx.x & 31u;
+    const u64 run = (u64)(threadIdx.x >> 5) * (32 * V);  // this warp's run in a segment
 
     // blockDim.x is a multiple of 32: the lanes of a warp share a row, so every
     // branch on the row below is uniform over the warp (the shuffles need that).
@@ -732,40 +746,51 @@ __device__ __forceinline__ void gather_span(const SpanArgs& a)
         const u64 sp = src + (a0 - ob);
         const u32 d = (u32)sp & 15u;
         const u64 sb = sp - d;  // the aligned block under chunk 0
-        for (u64 k0 = (u64)blockIdx.y * seg; k0 < nc; k0 += (u64)gridDim.y * seg) {
-            uint4 v[CG_SPAN_V], w[CG_SPAN_V];
-#pragma unroll
-            for (int j = 0; j < CG_SPAN_V; ++j) {
-                const u64 k = k0 + threadIdx.x + (u64)j * blockDim.x;
-                v[j] = fillv;
-                w[j] = fillv;
-                // Block k serves chunk k, and chunk k - 1 when d > 0 (block nc too).
-                if (keep && (k < nc || (d && k == nc))) v[j] = load_block_lean(sb + 16 * k, lo, hi);
-                if (keep && d && lane == 31u && k < nc) w[j] = load_block_lean(sb + 16 * (k + 1), lo, hi);
+        // Head and tail bytes: at most 30 (a row of fewer than 32 bytes has no whole
+        // chunk and at most 31), one per thread of segment 0 (blockDim.x >= 32).
+        const u64 head = (nc ? a0 : end) - ob, tail = nc ? a0 + 16 * nc : end;
+        const bool has_byte = blockIdx.y == 0 && threadIdx.x < head + (end - tail);
+        const u64 bq = threadIdx.x < head ? ob + threadIdx.x : tail + (threadIdx.x - head);
+        unsigned char byte = 0;
+        if (has_byte) {
+            const u32 f = (u32)bq & 15u;  // out is 16-byte aligned: the fill pattern's byte
+            byte = keep ? __ldg((const unsigned char*)(src + (bq - ob)))
+                        : (unsigned char)(((f & 8u) ? a.fill[1] : a.fill[0]) >> ((f & 7u) * 8u));
+        }
+        if (keep && (sb < lo || sb + 16 * (nc + (d != 0)) > hi)) {
+            // an edge row: bounded window loads, one chunk at a time
+            for (u64 base = (u64)blockIdx.y * seg; base < nc; base += (u64)gridDim.y * seg) {
+                const u64 last = base + seg < nc ? base + seg : nc;
+                for (u64 k = base + threadIdx.x; k < last; k += blockDim.x)
+                    store_stream((uint4*)(a0 + 16 * k), load_window(sp + 16 * k, lo, hi));
             }
+        } else {
+            for (u64 k0 = (u64)blockIdx.y * seg + run; k0 < nc; k0 += (u64)gridDim.y * seg) {
+                uint4 v[V];
+                uint4 w = fillv;
 #pragma unroll
-            for (int j = 0; j < CG_SPAN_V; ++j) {
-                const u64 k = k0 + threadIdx.x + (u64)j * blockDim.x;
-                uint4 val = v[j];
-                if (keep && d) {
-                    const uint4 nx = shfl_down_block(v[j]);
-                    val = window16(v[j], lane == 31u ? w[j] : nx, d);
+                for (int j = 0; j < V; ++j) {
+                    const u64 k = k0 + (u64)j * 32 + lane;
+                    // Block k serves chunk k, and chunk k - 1 when d > 0 (block nc too).
+                    v[j] = keep && (k < nc || (d && k == nc)) ? __ldg((const uint4*)(sb + 16 * k))
+                                                              : fillv;
                 }
-                if (k < nc) store_stream((uint4*)(a0 + 16 * k), val);
+                const u64 after = k0 + 32 * V;  // lane 31's block after the run's last chunk
+                if (keep && d && lane == 31u && after <= nc) w = __ldg((const uint4*)(sb + 16 * after));
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const u64 k = k0 + (u64)j * 32 + lane;
+                    uint4 val = v[j];
+                    if (keep && d) {
+                        const uint4 nx = shfl_down_block(v[j]);
+                        const uint4 wrap = j + 1 < V ? shfl_block(v[j + 1 < V ? j + 1 : j], 0) : w;
+                        val = window16(v[j], lane == 31u ? wrap : nx, d);
+                    }
+                    if (k < nc) store_stream((uint4*)(a0 + 16 * k), val);
+                }
             }
         }
-        if (blockIdx.y == 0) {
-            const u64 head = (nc ? a0 : end) - ob;       // bytes before chunk 0 (all, if none)
-            const u64 tail = nc ? a0 + 16 * nc : end;    // the first byte after the last chunk
-            const u64 extra = head + (end - tail);
-            for (u64 j = threadIdx.x; j < extra; j += blockDim.x) {
-                const u64 q = j < head ? ob + j : tail + (j - head);
-                const u32 f = (u32)q & 15u;  // out is 16-byte aligned: the fill pattern's byte
-                const unsigned char b = keep ? __ldg((const unsigned char*)(src + (q - ob)))
-                    : (unsigned char)(((f & 8u) ? a.fill[1] : a.fill[0]) >> ((f & 7u) * 8u));
-                store_stream((unsigned char*)q, b);
-            }
-        }
+        if (has_byte) store_stream((unsigned char*)bq, byte);
     }
 }
 

@@ -2,7 +2,9 @@
 copy ceiling and the peers, on a GPU (BENCHMARKS.md, "Long rows, short calls,
 GatherElements rows"):
 
-    python benchmarks/probe-span/probe.py      # writes $OUT/probe-span.json (default /tmp)
+    python benchmarks/probe-span/probe.py [PARTS]   # writes $OUT/probe-span.json (default /tmp)
+
+PARTS is any of A, B and C (default ABC).
 
 A: long rows (4 KB and more, lengths that are not multiples of 16, 4- and
    8-byte units) through span, the kernel the rules plan (chunks or window)
@@ -172,10 +174,11 @@ def guarded(fn, *args):
 
 
 if __name__ == "__main__":
-    for c in LONG:
+    parts = sys.argv[1] if len(sys.argv) > 1 else "ABC"
+    for c in LONG if "A" in parts else ():
         guarded(gather_case, "A", *c, [("span", "span", False), ("rules", None, True),
                                        ("table", None, False)])
-    for c in SHORT:
+    for c in SHORT if "B" in parts else ():
         guarded(gather_case, "B", *c, [("lean", "lean", False), ("table", None, False)])
     for c in [((4096, 4096), "float32", (4096, 1024), "int64"),
               ((4096, 4096), "float32", (4096, 4096), "int64"),
@@ -183,8 +186,8 @@ if __name__ == "__main__":
               ((1024, 8192), "float32", (1024, 2048), "int32"),
               ((512, 4096), "float32", (512, 1024), "int64"),
               ((100000, 128), "float32", (100000, 64), "int64"),
-              ((64, 4096, 128), "float16", (64, 4096, 32), "int32")]:
+              ((64, 4096, 128), "float16", (64, 4096, 32), "int32")] if "C" in parts else ():
         guarded(elements_case, *c)
     R["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    with open(os.path.join(OUT, "probe-span.json"), "w") as f:
+    with open(os.path.join(OUT, f"probe-span-{parts}.json"), "w") as f:
         json.dump(R, f, indent=1)

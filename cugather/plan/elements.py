@@ -181,8 +181,11 @@ def _row_unmet(dims, axis_len: int, s_axis: int, unit: int, limits: DeviceLimits
 def _row_pays(picks: int, row_bytes: int) -> bool:
     """Staging a row reads every byte of it once; direct picks read a 32-byte
     sector each.  Staging pays where the picks would read at least the row's
-    bytes (H200, (4096, 4096) float32 with 1024 picks per row: see BENCHMARKS.md)."""
-    return picks * 32 >= row_bytes
+    bytes and every thread of the row's block has its preloaded picks (H200,
+    BENCHMARKS.md: 1.13-1.28x the elements kernel on rows of 16 and 32 KB with
+    1024 to 4096 picks; 0.06-0.53x with 32 to 256 picks per row)."""
+    return (picks >= tuning.ELEMENTS_ROW_PICKS * tuning.MAX_THREADS
+            and picks * 32 >= row_bytes)
 
 
 def _plan_row(data, dims, axis_len, unit, total, index_dtype, mname, mode, fields, max_grid,

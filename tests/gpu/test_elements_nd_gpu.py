@@ -62,9 +62,9 @@ def test_gather_elements_matches_numpy(dtype, index_dtype, mode, axis):
     ((50, 37), (40, 600)),
 ])
 def test_gather_elements_staged_rows_match_numpy(dtype, index_dtype, mode, shape, idx_shape):
-    """The last axis with many picks per row stages each data row (elements_row,
-    the planner's own choice where a row fits in shared memory); forced back to
-    the elements kernel, the same result."""
+    """The last axis with 1024 picks per row or more stages each data row
+    (elements_row, the planner's own choice where a row fits in shared memory);
+    either kernel forced, the same result."""
     from cugather.ops import elements as el
     from cugather.runtime import run_plan
     from cugather.runtime.key import call_key, geometry_of_key
@@ -81,10 +81,11 @@ def test_gather_elements_staged_rows_match_numpy(dtype, index_dtype, mode, shape
     geo = geometry_of_key("elements", call_key(None, 0, data, data.data.ptr, idx, 0),
                           len(shape) - 1, mode)
     limits = CUDA.limits(data.data.device_id)
-    staged = shape[-1] * data.itemsize <= limits.max_shared_mem
+    fits = shape[-1] * data.itemsize <= limits.max_shared_mem
+    staged = fits and idx_shape[-1] >= 1024
     assert el.plan_for(geo, limits).key.kind == ("elements_row" if staged else "elements")
     fill = fill_bytes(1, data.dtype) if mode == "fill" else None
-    for kind in ("elements", "elements_row") if staged else ("elements",):
+    for kind in ("elements", "elements_row") if fits else ("elements",):
         plan = el.plan_for(geo, limits, kind=kind)
         assert plan.key.kind == kind
         got = run_plan(plan, data, idx, fill=fill)
