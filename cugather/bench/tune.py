@@ -10,7 +10,9 @@ The shipped H200 table (``cugather/plan/tables/sm_90.json``) is the ``--fit`` of
 ``--geometries 2000 --seed 1000`` and ``--seed 1001``), then
 ``...-seed1000-pack.jsonl.gz`` and ``...-seed1001-pack.jsonl.gz`` (the same seeds
 with ``--only pack``, the geometries of the pack kernel timed again), then
-``...-seed1000-flat.jsonl.gz`` and ``...-seed1001-flat.jsonl.gz`` (``--only flat``).
+``...-seed1000-flat.jsonl.gz`` and ``...-seed1001-flat.jsonl.gz`` (``--only flat``),
+then the ``-lean`` and ``-span`` records of both seeds (``--only lean``, ``--only span``),
+in that order.
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every

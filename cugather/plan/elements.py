@@ -128,7 +128,8 @@ def plan_elements(data: Operand, indices_shape, index_dtype: str, axis: int, mod
     unmet = _row_unmet(dims, axis_len, s_axis, unit, limits)
     if kind == "elements_row" and unmet:
         raise ValueError(f"kernel kind 'elements_row' needs {unmet}")
-    if kind is None and not unmet and column_tiles is None and _row_pays(dims[0][0], axis_len * unit):
+    if (kind is None and not unmet and column_tiles is None
+            and _row_pays(dims[0][0], axis_len * unit)):
         kind = "elements_row"
     if kind == "elements_row":
         return _plan_row(data, dims, axis_len, unit, total, index_dtype, mname, mode, fields,

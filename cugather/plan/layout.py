@@ -4,8 +4,9 @@ Kernels take one struct by value; the host fills a size-1 structured array of
 the matching dtype.  Every rendered source carries ``static_assert``s built
 from these offsets, so a drift between the two sides fails to compile.  The
 structs live beside their kernels: ``GatherArgs``, ``StridedArgs``,
-``WindowArgs``, ``FlatArgs``, ``SpanArgs`` and ``CheckArgs`` in kernels/gather.cuh, ``ElementsArgs`` in
-kernels/elements.cuh, ``NDArgs`` and ``NDCheckArgs`` in kernels/nd.cuh,
+``WindowArgs``, ``FlatArgs``, ``SpanArgs`` and ``CheckArgs`` in
+kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh, ``NDArgs`` and
+``NDCheckArgs`` in kernels/nd.cuh,
 ``QuantArgs`` in kernels/quantized.cuh.  A kind registered from another module
 (:func:`cugather.plan.keys.register_kind`) adds its struct to
 :data:`ARGS_DTYPES` and :data:`POINTER_FIELDS` (``ShardedArgs``, in
