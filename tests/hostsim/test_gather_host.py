@@ -19,7 +19,7 @@ from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.layout import ARGS_DTYPES, new_args
 from hostsim import build, keycases, runner
 from hostsim.cases import Case, random_cases
-from support.reference import assert_same, random_data
+from support.reference import assert_same, gather_ref, random_data
 
 pytestmark = [
     pytest.mark.hostsim,
@@ -278,12 +278,7 @@ def test_pack_every_row_length_and_alignment(row_bytes, mode):
             data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
             idx = rng.integers(-n - 4 if mode == "fill" else -3 * n, 2 * n, size=37)
             got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="pack")
-            ok = (idx >= -n) & (idx < n)
-            want = np.take(data, idx % n if mode == "wrap" else np.where(ok, idx % n, 0), axis)
-            if mode == "fill":
-                sel = [slice(None)] * want.ndim
-                sel[axis] = ~ok
-                want[tuple(sel)] = 0xA5
+            want = gather_ref(data, idx, axis, mode, 0xA5)
             assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
             ran = [k.kind for k, *_ in runner.last_launches()]
             assert ran == ["pack"], runner.last_launches()
@@ -307,14 +302,7 @@ def test_flat_every_row_length_from_every_axis(dtype, mode):
             idx = rng.integers(-n - 4 if mode == "fill" else -3 * n, 2 * n,
                                size=int(rng.integers(1, 40)))
             got = runner.host_gather(data, idx, axis, mode=mode, fill_value=7, kind="flat")
-            ok = (idx >= -n) & (idx < n)
-            pick = {"wrap": idx % n, "fill": np.where(ok, idx % n, 0),
-                    "clip": np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1)}[mode]
-            want = np.take(host, pick, axis)
-            if mode == "fill":
-                sel = [slice(None)] * want.ndim
-                sel[axis] = ~ok
-                want[tuple(sel)] = 7
+            want = gather_ref(host, idx, axis, mode, 7)
             assert_same(got, want, f"{units} units of {dtype}, shape {shape}, axis {axis}")
             row = item * (1 if shape == (2, n) else units)
             ran = [(k.kind, k.unit) for k, *_ in runner.last_launches()]
@@ -339,14 +327,7 @@ def test_span_every_row_length_and_alignment(row_bytes, mode):
             k = 3 if row_bytes > 4096 else 11
             idx = rng.integers(-n - 2 if mode == "fill" else -3 * n, 2 * n, size=k)
             got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="span")
-            ok = (idx >= -n) & (idx < n)
-            pick = {"wrap": idx % n, "fill": np.where(ok, idx % n, 0),
-                    "clip": np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1)}[mode]
-            want = np.take(data, pick, axis)
-            if mode == "fill":
-                sel = [slice(None)] * want.ndim
-                sel[axis] = ~ok
-                want[tuple(sel)] = 0xA5
+            want = gather_ref(data, idx, axis, mode, 0xA5)
             assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
             ran = [k.kind for k, *_ in runner.last_launches()]
             assert ran == ["span"], runner.last_launches()
@@ -359,10 +340,7 @@ def test_span_fills_whole_elements():
     data = runner.device_copy(np.arange(6 * 37, dtype=np.float64).reshape(6, 37))
     idx = np.array([1, 9, -2, -40, 3, 100, 0])
     got = runner.host_gather(data, idx, 0, mode="fill", fill_value=-1.25, kind="span")
-    ok = (idx >= -6) & (idx < 6)
-    want = np.take(data, np.where(ok, idx % 6, 0), axis=0)
-    want[~ok] = -1.25
-    assert_same(got, want, f"indices {idx.tolist()}")
+    assert_same(got, gather_ref(data, idx, 0, "fill", -1.25), f"indices {idx.tolist()}")
 
 
 def test_empty_and_scalar_indices():
