@@ -114,8 +114,7 @@ _SPECS = {
     # Long rows of any length and alignment as aligned 16-byte chunks, the
     # row's index read once per thread.
     "span": KindSpec("gather.cuh", "gather_span", "SpanArgs", units=(16,),
-                     min_blocks=lambda key: tuning.SPAN_BLOCKS - (
-                         key.mode == "fill" or (key.mode == "raise" and key.math != "fast32"))),
+                     min_blocks=tuning.SPAN_BLOCKS),
     # The strided fallback of Gather/take: any strides, one unit per thread.
     # Plain division is built for it only, as the reference fast_divmod is
     # measured against.
