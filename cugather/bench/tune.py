@@ -1,9 +1,18 @@
 """``python -m cugather tune``: time every candidate Gather plan of random geometries
 and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
 
-    python -m cugather tune [--geometries 2000] [--seed 1000] [--out FILE]
-                            [--records FILE] [--time-limit S] [--only KIND]
+    python -m cugather tune [--op gather|elements] [--geometries 2000] [--seed 1000]
+                            [--out FILE] [--records FILE] [--time-limit S] [--only KIND]
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
+
+``--op elements`` does the same for GatherElements / take_along_axis: its
+geometries are :func:`cugather.bench.tune_elements.draw_elements_shapes`, its
+candidates :data:`cugather.plan.table.ELEMENTS_CANDIDATES`, checked against
+``cupy.take_along_axis``, its default table ``<kernel cache
+folder>/tuning/<arch>.elements.json``; ``--fit`` takes the op from the records.
+The shipped ``cugather/plan/tables/sm_90.elements.json`` is the ``--fit`` of
+``benchmarks/tune-sm_90-elements-seed1000.jsonl.gz`` (``--op elements
+--geometries 1500 --seed 1000``).
 
 The shipped H200 table (``cugather/plan/tables/sm_90.json``) is the ``--fit`` of
 ``benchmarks/tune-sm_90-seed1000.jsonl.gz``, ``...-seed1001.jsonl.gz`` (two runs,
@@ -75,7 +84,10 @@ def add_arguments(p) -> None:
                         "needed)")
     p.add_argument("--min-leaf", type=int, default=12, help="fewest geometries per leaf")
     p.add_argument("--only", default=None, metavar="KIND",
-                   help="time only the geometries kernel kind KIND applies to")
+                   help="time only the geometries kernel kind KIND applies to (Gather)")
+    p.add_argument("--op", default="gather", choices=("gather", "elements"),
+                   help="the op whose kernels are timed: gather (Gather / take, the "
+                        "default) or elements (GatherElements / take_along_axis)")
 
 
 def _label(plan) -> Optional[str]:
@@ -176,19 +188,41 @@ def _refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
     return dict(rec, features=f)
 
 
-def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = 12,
-                penalty: float = PENALTY):
-    """(table fitted on every record, held-out report)."""
-    from ..plan.table import fit
+def _refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
+    """An elements record with its features and the rules' choice computed again
+    from its shape (the tuner's C-contiguous, 256-byte aligned operands; an
+    H200's SM count and shared memory per block): records stay usable when a
+    feature or a rule changes."""
+    from ..plan.core import DeviceLimits, Operand
+    from ..plan.elements import elements_features_of, plan_elements
+    from .tune_elements import _label
 
-    usable = [_refeature(r) for r in records if r.get("times") and r.get("features")]
+    s = rec.get("shape")
+    if s is None:
+        return rec
+    op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
+    args = (op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]))
+    rule = _label(plan_elements(*args, "wrap", limits=DeviceLimits()))
+    return dict(rec, features=elements_features_of(*args),
+                rule=rule if rule in rec["times"] else rec["rule"])
+
+
+def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = 12,
+                penalty: float = PENALTY, op: str = "gather"):
+    """(table fitted on every record, held-out report) of ``op``'s records."""
+    from ..plan.table import fit, spec_of
+
+    spec = spec_of(op)
+    usable = [r for r in records if r.get("times") and r.get("features")
+              and r.get("op", "gather") == op]
+    usable = [(_refeature if op == "gather" else _refeature_elements)(r) for r in usable]
     train = [r for i, r in enumerate(usable) if i % HOLDOUT_EVERY]
     held = [r for i, r in enumerate(usable) if not i % HOLDOUT_EVERY]
     report: Dict[str, Any] = {"geometries": len(usable), "held_out": len(held)}
     if train and held:
-        trial = fit(train, meta, min_leaf=min_leaf, penalty=penalty)
+        trial = fit(train, meta, min_leaf=min_leaf, penalty=penalty, spec=spec)
         report.update(_slowdowns(trial, held))
-    table = fit(usable, meta, min_leaf=min_leaf, penalty=penalty)
+    table = fit(usable, meta, min_leaf=min_leaf, penalty=penalty, spec=spec)
     report["fitted_on_all"] = _slowdowns(table, usable)
     table.meta["held_out"] = report
     return table, report
@@ -202,7 +236,8 @@ def _slowdowns(table, records) -> Dict[str, Any]:
         times = r["times"]
         best = min(times.values())
         choice = table.choose(r["features"])
-        label = next((c[0] for c in (choice.ranked if choice else ()) if c[0] in times),
+        label = next((c[0] for c in (choice.ranked if choice else ())
+                      if c[0] in times and not table.spec.declines(c[0], r["features"])),
                      r["rule"])
         mine.append(times[label] / best)
         rule.append(times[r["rule"]] / best)
@@ -242,22 +277,29 @@ def run(args) -> int:
 
     if args.fit:
         records = _read_records(args.fit)
+        ops = {r.get("op", "gather") for r in records}
+        if len(ops) > 1:
+            print(f"--fit takes the records of one op; these hold {', '.join(sorted(ops))}",
+                  file=sys.stderr)
+            return 2
+        op = ops.pop() if ops else args.op
         arch = next((r.get("arch") for r in records if r.get("arch")), "sm_90")
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),
                 "command": "python -m cugather tune --fit " + " ".join(args.fit),
                 "fitted": time.strftime("%Y-%m-%d"),
                 "seeds": sorted({r["seed"] for r in records if "seed" in r})}
-        return _write(records, meta, args.out or str(user_table_path(arch)), args.min_leaf)
+        return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,
+                      op)
 
     from .. import validate
     from ..plan.gather import GATHER_KINDS
     from ..runtime.launch import CUDA
     from .sweep import draw_shapes
 
-    if args.only is not None and args.only not in GATHER_KINDS:
-        print(f"--only must be one of {', '.join(GATHER_KINDS)}, got {args.only!r}",
-              file=sys.stderr)
+    if args.only is not None and (args.only not in GATHER_KINDS or args.op != "gather"):
+        print(f"--only must be one of {', '.join(GATHER_KINDS)} (with --op gather), got "
+              f"{args.only!r}", file=sys.stderr)
         return 2
 
     cp = validate.cupy_module()
@@ -265,10 +307,15 @@ def run(args) -> int:
     arch = CUDA.limits(device).arch
     name = cp.cuda.runtime.getDeviceProperties(device)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    out = args.out or str(user_table_path(arch))
+    out = args.out or str(user_table_path(arch, args.op))
     rec_path = Path(args.records or out + ".records.jsonl")
     rec_path.parent.mkdir(parents=True, exist_ok=True)
-    shapes = draw_shapes(args.start + args.geometries, args.seed)[args.start:]
+    if args.op == "elements":
+        from .tune_elements import draw_elements_shapes, tune_elements_shape
+
+        shapes = draw_elements_shapes(args.start + args.geometries, args.seed)[args.start:]
+    else:
+        shapes = draw_shapes(args.start + args.geometries, args.seed)[args.start:]
     t0 = time.perf_counter()
     records: List[Dict[str, Any]] = []
     pool = cp.get_default_memory_pool()
@@ -277,7 +324,9 @@ def run(args) -> int:
             if args.time_limit is not None and time.perf_counter() - t0 > args.time_limit:
                 print(f"time limit reached after {i} geometries", flush=True)
                 break
-            rec = tune_shape(cp, s, args.seed * 1_000_003 + args.start + i, device, args.only)
+            gseed = args.seed * 1_000_003 + args.start + i
+            rec = (tune_elements_shape(cp, s, gseed, device) if args.op == "elements"
+                   else tune_shape(cp, s, gseed, device, args.only))
             if rec is None:
                 continue
             rec.update(arch=arch, device=name, seed=args.seed, index=args.start + i)
@@ -292,11 +341,11 @@ def run(args) -> int:
     meta = {"arch": arch, "device": name, "fitted": time.strftime("%Y-%m-%d"),
             "command": " ".join(["python -m cugather tune"] + sys.argv[2:]),
             "seeds": [args.seed], "tune_seconds": round(time.perf_counter() - t0, 1)}
-    return _write(records, meta, out, args.min_leaf)
+    return _write(records, meta, out, args.min_leaf, args.op)
 
 
-def _write(records, meta, out: str, min_leaf: int) -> int:
-    table, report = fit_records(records, meta, min_leaf)
+def _write(records, meta, out: str, min_leaf: int, op: str = "gather") -> int:
+    table, report = fit_records(records, meta, min_leaf, op=op)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")

@@ -1,25 +1,32 @@
-"""Tuning tables: the Gather kernel a measurement chose, by geometry.  Pure Python.
+"""Tuning tables: the kernel a measurement chose, by geometry.  Pure Python.
 
-``python -m cugather tune`` times every candidate plan (:data:`CANDIDATES`)
-of thousands of random geometries on a GPU and fits a decision tree over the
-features the planner sees (:func:`features`): each leaf names the candidate
-with the least total slowdown against the fastest candidate over the
-geometries that reached it.  :func:`plan_gather` consults the table of the
-device's architecture (:func:`table_for`) for contiguous rows, and keeps its
-hand-written rules where there is no table, where the geometry lies outside
-the ranges the table was fitted on, or where the leaf's candidate does not
-apply to the geometry.  A plan stays a pure function of the geometry and the
-table: nothing is timed during a call.
+``python -m cugather tune`` times every candidate plan of thousands of random
+geometries on a GPU and fits a decision tree over the features the planner
+sees: each leaf names the candidate with the least total slowdown against
+the fastest candidate over the geometries that reached it.  There is one
+kind of table per op (:class:`TableSpec`): :data:`GATHER` (Gather / take on
+contiguous rows: :data:`CANDIDATES`, :func:`features`, consulted by
+``plan_gather``) and :data:`ELEMENTS` (GatherElements / take_along_axis:
+:data:`ELEMENTS_CANDIDATES`, :func:`elements_features`, consulted by
+``plan_elements``).  A planner consults the table of the device's
+architecture (:func:`table_for`), and keeps its hand-written rules where
+there is no table, where the geometry lies outside the ranges the table was
+fitted on, or where the leaf's candidate does not apply to the geometry.  A
+plan stays a pure function of the geometry and the table: nothing is timed
+during a call.
 
 Where tables come from, first found wins:
 
 1. ``CUGATHER_TUNING=FILE`` (a table written by ``cugather tune --out FILE``;
-   it serves the architecture it was fitted on); ``CUGATHER_TUNING=none``
-   uses no table at all (the rules alone);
-2. ``<kernel cache folder>/tuning/<arch>.json``, where ``cugather tune``
-   writes by default (``$CUPY_CACHE_DIR/cugather/tuning``; the kernel cache
-   folder defaults to ``~/.cupy/kernel_cache/cugather``);
-3. the tables shipped in the package (``cugather/plan/tables/<arch>.json``).
+   it serves the op and the architecture it was fitted on), or several files
+   joined by ``os.pathsep`` (one per op); ``CUGATHER_TUNING=none`` uses no
+   table at all (the rules alone);
+2. ``<kernel cache folder>/tuning/<arch>.json`` (Gather) and
+   ``<arch>.elements.json`` (GatherElements), where ``cugather tune`` writes
+   by default (``$CUPY_CACHE_DIR/cugather/tuning``; the kernel cache folder
+   defaults to ``~/.cupy/kernel_cache/cugather``);
+3. the tables shipped in the package (``cugather/plan/tables/``, the same
+   names).
 
 A table that cannot be read (a missing file, a FIFO, a file over 8 MiB) or
 fails validation is ignored with a warning.
@@ -38,7 +45,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["CANDIDATES", "REFERENCE_ONLY", "FEATURES", "FORMAT", "TuningTable", "Choice",
-           "features", "fit", "table_for", "load_table", "clear_tables", "TableError", "SHIPPED"]
+           "features", "fit", "table_for", "load_table", "clear_tables", "TableError", "SHIPPED",
+           "TableSpec", "GATHER", "ELEMENTS", "ELEMENTS_CANDIDATES", "ELEMENTS_FEATURES",
+           "elements_features", "spec_of"]
 
 #: Version of the table format this code reads and writes.
 FORMAT = 3
@@ -51,7 +60,6 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("flat", "flat", None), ("span", "span", None), ("lean", "lean", None),
     ("strided", "strided", None),
 )
-_KIND_OF = {label: (kind, ru) for label, kind, ru in CANDIDATES}
 #: Candidates timed (each geometry's fastest time counts them) but never named by
 #: a fitted leaf.  The strided kernel, the fallback for any strides, moves a
 #: contiguous row one unit per thread like rows/1: over the 4000 H200 geometries
@@ -116,27 +124,113 @@ def declines(label: str, feats: Dict[str, float]) -> bool:
     return feats["log2_picks"] + 5 < feats["log2_axis_len"] + feats["log2_row_bytes"]
 
 
+#: Candidate plans of GatherElements / take_along_axis: (label, kind, column tiles).
+#: ``elements`` visits the output slots in flat order, ``tiles`` in column tiles,
+#: ``row`` stages a data row in shared memory per output row (kernels/elements.cuh).
+ELEMENTS_CANDIDATES: Tuple[Tuple[str, str, Optional[bool]], ...] = (
+    ("elements", "elements", False), ("tiles", "elements", True), ("row", "elements_row", None),
+)
+
+#: Features of a GatherElements table.  ``log2_cols``: output units inside the
+#: gathered dimension (a run that moves with data); ``log2_picks``: the output's
+#: extent on the gathered axis; ``log2_rows``: the output units over both (the
+#: rows of picks: data rows the elements_row kernel stages, one block each);
+#: ``log2_axis_bytes``: the bytes one gathered
+#: column spans in data (axis length x byte step); ``broadcast``: 1 where
+#: indices or data broadcast over an output dimension (take_along_axis), which
+#: the tuner does not draw, so such geometries lie outside every fitted range.
+ELEMENTS_FEATURES = ("unit", "log2_total", "log2_out_bytes", "log2_cols", "log2_rows",
+                     "log2_picks", "log2_axis_len", "log2_axis_bytes", "log2_data_bytes",
+                     "log2_picks_per_axis", "index_bytes", "ndim", "broadcast")
+
+
+def elements_features(unit: int, total: int, cols: int, picks: int, axis_len: int,
+                      s_axis: int, data_bytes: int, index_bytes: int, ndim: int,
+                      broadcast: bool) -> Dict[str, float]:
+    """The features of a GatherElements geometry, by name (:data:`ELEMENTS_FEATURES`):
+    ``total`` output units of ``unit`` bytes, ``cols`` of them inside the gathered
+    dimension, ``picks`` the output's extent on the gathered axis, ``ndim`` the
+    merged dimensions of the plan."""
+    def lg(x: int) -> float:
+        return math.log2(max(x, 1))
+
+    return {"unit": float(unit), "log2_total": lg(total), "log2_out_bytes": lg(total * unit),
+            "log2_cols": lg(cols), "log2_rows": lg(total // max(cols * picks, 1)),
+            "log2_picks": lg(picks), "log2_axis_len": lg(axis_len),
+            "log2_axis_bytes": lg(axis_len * abs(s_axis)), "log2_data_bytes": lg(data_bytes),
+            "log2_picks_per_axis": lg(picks) - lg(axis_len), "index_bytes": float(index_bytes),
+            "ndim": float(ndim), "broadcast": float(bool(broadcast))}
+
+
+def _elements_declines(label: str, feats: Dict[str, float]) -> bool:
+    """``row`` reads the whole data row per output row: declined where the row's
+    picks touch fewer bytes than the row (as :func:`declines` for Gather)."""
+    return label == "row" and feats["log2_picks"] + 5 < feats["log2_axis_bytes"]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What one op's tables hold: its candidates ``(label, kind, variant)`` (the
+    variant is rows per thread for Gather, column tiles for GatherElements), the
+    features a split may name, candidates timed but never chosen, which
+    candidates a geometry declines (``declines(label, feats)``), and the file
+    name's suffix after the architecture."""
+
+    op: str
+    candidates: Tuple[Tuple[str, str, Any], ...]
+    features: Tuple[str, ...]
+    reference_only: Tuple[str, ...]
+    declines: Any
+    suffix: str
+    #: Thresholds per feature a fit tries two levels deep where no single split
+    #: pays (0: greedy splits only).
+    lookahead: int = 0
+
+    @property
+    def kind_of(self) -> Dict[str, Tuple[str, Any]]:
+        return {label: (kind, v) for label, kind, v in self.candidates}
+
+    def file_name(self, arch: str) -> str:
+        return f"{arch}{self.suffix}.json"
+
+
+GATHER = TableSpec("gather", CANDIDATES, FEATURES, REFERENCE_ONLY, declines, "")
+ELEMENTS = TableSpec("elements", ELEMENTS_CANDIDATES, ELEMENTS_FEATURES, (),
+                     _elements_declines, ".elements", lookahead=16)
+_SPECS = {spec.op: spec for spec in (GATHER, ELEMENTS)}
+
+
+def spec_of(op: str) -> TableSpec:
+    """The :class:`TableSpec` of ``op`` (``"gather"`` or ``"elements"``)."""
+    try:
+        return _SPECS[op]
+    except KeyError:
+        raise ValueError(f"op must be one of {', '.join(_SPECS)}, got {op!r}") from None
+
+
 @dataclass(frozen=True)
 class Choice:
-    """A table's answer: the candidate, its kind and rows per thread, and why;
-    ``then``, the leaf's next candidates in order, as (label, kind, rows per
-    thread), for geometries the first one does not apply to."""
+    """A table's answer: the candidate, its kind and variant (rows per thread for
+    Gather, column tiles for GatherElements), and why; ``then``, the leaf's next
+    candidates in order, as (label, kind, variant), for geometries the first one
+    does not apply to."""
 
     label: str
     kind: str
-    row_unroll: Optional[int]
+    variant: Any
     leaf: int
     why: str       # the path of conditions to the leaf
-    then: Tuple[Tuple[str, str, Optional[int]], ...] = ()
+    then: Tuple[Tuple[str, str, Any], ...] = ()
 
     @property
-    def ranked(self) -> Tuple[Tuple[str, str, Optional[int]], ...]:
+    def ranked(self) -> Tuple[Tuple[str, str, Any], ...]:
         """Every candidate of the leaf, first choice first."""
-        return ((self.label, self.kind, self.row_unroll),) + self.then
+        return ((self.label, self.kind, self.variant),) + self.then
 
 
 class TuningTable:
-    """A fitted decision tree over :data:`FEATURES` (see the module docstring).
+    """A fitted decision tree over the features of one op (``spec``, named by
+    ``meta["op"]``, Gather where absent; see the module docstring).
 
     Build with :meth:`from_dict` (validates) or :func:`fit`; :meth:`choose`
     answers a geometry, :meth:`to_dict` is the JSON form.
@@ -145,6 +239,11 @@ class TuningTable:
     def __init__(self, meta: Dict[str, Any], tree: Dict[str, Any], ranges: Dict[str, list],
                  source: str = "") -> None:
         self.meta, self.tree, self.ranges, self.source = meta, tree, ranges, source
+        self.spec = _SPECS[str(meta.get("op", "gather"))]
+
+    @property
+    def op(self) -> str:
+        return self.spec.op
 
     @property
     def arch(self) -> str:
@@ -161,15 +260,19 @@ class TuningTable:
         if not isinstance(meta, dict) or not isinstance(meta.get("arch"), str) \
                 or not meta["arch"].startswith("sm_"):
             raise TableError("meta.arch must be a string like 'sm_90'")
+        op = meta.get("op", "gather")
+        if op not in _SPECS:
+            raise TableError(f"meta.op must be one of {', '.join(_SPECS)}, got {op!r:.40}")
+        spec = _SPECS[op]
         ranges = d.get("ranges")
-        if not isinstance(ranges, dict) or set(ranges) != set(FEATURES):
-            raise TableError(f"ranges must give [low, high] for each of {FEATURES}")
+        if not isinstance(ranges, dict) or set(ranges) != set(spec.features):
+            raise TableError(f"ranges must give [low, high] for each of {spec.features}")
         for name, r in ranges.items():
             if not (isinstance(r, list) and len(r) == 2 and all(_is_number(v) for v in r)
                     and r[0] <= r[1]):
                 raise TableError(f"ranges.{name} must be [low, high], got {r!r:.60}")
         count = [0]
-        _check_node(d.get("tree"), 0, count)
+        _check_node(d.get("tree"), 0, count, spec)
         return cls(meta, d["tree"], {k: [float(v[0]), float(v[1])] for k, v in ranges.items()},
                    source)
 
@@ -206,9 +309,10 @@ class TuningTable:
         label = node["choice"]
         if label == "rule":
             return None
-        kind, ru = _KIND_OF[label]
-        then = tuple((t,) + _KIND_OF[t] for t in node.get("then", ()))
-        return Choice(label, kind, ru, int(node["leaf"]), " and ".join(path) or "every geometry",
+        kind_of = self.spec.kind_of
+        kind, variant = kind_of[label]
+        then = tuple((t,) + kind_of[t] for t in node.get("then", ()))
+        return Choice(label, kind, variant, int(node["leaf"]), " and ".join(path) or "every geometry",
                       then)
 
 
@@ -216,36 +320,38 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _check_node(node: Any, depth: int, count: list) -> None:
+def _check_node(node: Any, depth: int, count: list, spec: TableSpec) -> None:
     count[0] += 1
     if depth > _MAX_DEPTH or count[0] > _MAX_NODES:
         raise TableError(f"the tree is deeper than {_MAX_DEPTH} or has more than {_MAX_NODES} "
                          f"nodes")
     if not isinstance(node, dict):
         raise TableError(f"a tree node is a JSON object, got {type(node).__name__}")
+    known = spec.kind_of
     if "choice" in node:
-        if node["choice"] != "rule" and node["choice"] not in _KIND_OF:
+        if node["choice"] != "rule" and node["choice"] not in known:
             raise TableError(f"unknown candidate {node['choice']!r:.40} (known: "
-                             f"{', '.join(_KIND_OF)}, rule)")
+                             f"{', '.join(known)}, rule)")
         if not isinstance(node.get("leaf"), int) or isinstance(node.get("leaf"), bool):
             raise TableError("every leaf carries an integer 'leaf' id")
         then = node.get("then", [])
-        if not (isinstance(then, list) and len(then) < len(_KIND_OF)
-                and all(isinstance(t, str) and t in _KIND_OF for t in then)
+        if not (isinstance(then, list) and len(then) < len(known)
+                and all(isinstance(t, str) and t in known for t in then)
                 and len(set(then) | {node["choice"]}) == len(then) + 1
                 and (not then or node["choice"] != "rule")):
             raise TableError(f"a leaf's 'then' lists other candidates than its choice, each "
                              f"once, after a choice that is not 'rule'; got {then!r:.60}")
         return
-    if node.get("feature") not in FEATURES or not _is_number(node.get("threshold")):
-        raise TableError(f"a split names one of {FEATURES} and a finite threshold, got "
+    if node.get("feature") not in spec.features or not _is_number(node.get("threshold")):
+        raise TableError(f"a split names one of {spec.features} and a finite threshold, got "
                          f"{node.get('feature')!r:.40} / {node.get('threshold')!r:.40}")
-    _check_node(node.get("le"), depth + 1, count)
-    _check_node(node.get("gt"), depth + 1, count)
+    _check_node(node.get("le"), depth + 1, count, spec)
+    _check_node(node.get("gt"), depth + 1, count, spec)
 
 
 # ---------------------------------------------------------------- where tables come from
-_tables: Dict[str, Optional[TuningTable]] = {}
+_tables: Dict[Tuple[str, str], Optional[TuningTable]] = {}
+_warned: set = set()
 _tables_lock = threading.Lock()
 
 
@@ -253,6 +359,7 @@ def clear_tables() -> None:
     """Forget the tables read so far (the next plan reads them again)."""
     with _tables_lock:
         _tables.clear()
+        _warned.clear()
 
 
 def load_table(path: Any) -> TuningTable:
@@ -280,56 +387,64 @@ def load_table(path: Any) -> TuningTable:
     return TuningTable.from_dict(d, str(p))
 
 
-def user_table_path(arch: str) -> Path:
-    """``<kernel cache folder>/tuning/<arch>.json`` (``cugather tune``'s default output)."""
+def user_table_path(arch: str, op: str = "gather") -> Path:
+    """``<kernel cache folder>/tuning/<arch>.json`` (``<arch>.elements.json`` for
+    GatherElements): ``cugather tune``'s default output."""
     from ..compile.diskcache import cache_dir
 
-    return Path(cache_dir()) / "tuning" / f"{arch}.json"
+    return Path(cache_dir()) / "tuning" / spec_of(op).file_name(arch)
 
 
-def table_for(arch: str) -> Optional[TuningTable]:
-    """The tuning table serving ``arch`` (``"sm_90"``), or None (the rules decide)."""
+def table_for(arch: str, op: str = "gather") -> Optional[TuningTable]:
+    """The ``op`` tuning table serving ``arch`` (``"sm_90"``), or None (the rules
+    decide)."""
     try:
-        return _tables[arch]
+        return _tables[(op, arch)]
     except KeyError:
         pass
     with _tables_lock:
-        if arch not in _tables:
-            _tables[arch] = _find(arch)
-        return _tables[arch]
+        if (op, arch) not in _tables:
+            _tables[(op, arch)] = _find(arch, spec_of(op))
+        return _tables[(op, arch)]
 
 
-def _find(arch: str) -> Optional[TuningTable]:
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def _find(arch: str, spec: TableSpec) -> Optional[TuningTable]:
     env = os.environ.get("CUGATHER_TUNING")
     if env == "none":
         return None
     places: List[Tuple[Path, bool]] = []
     if env:
-        places.append((Path(env), True))
-    places.append((user_table_path(arch), False))
-    places.append((SHIPPED / f"{arch}.json", False))
+        places.extend((Path(p), True) for p in env.split(os.pathsep) if p)
+    places.append((user_table_path(arch, spec.op), False))
+    places.append((SHIPPED / spec.file_name(arch), False))
     for path, named in places:
         if not named and not path.is_file():
             continue
         try:
             table = load_table(path)
         except (OSError, TableError) as e:
-            warnings.warn(f"cugather ignores the tuning table {path}: {e}", RuntimeWarning,
-                          stacklevel=3)
+            _warn_once(f"cugather ignores the tuning table {path}: {e}")
+            continue
+        if table.op != spec.op:  # a table of the other op: it serves that one
             continue
         if table.arch == arch:
             return table
         if named:  # CUGATHER_TUNING for another GPU: say so once, then look further
-            warnings.warn(f"cugather: the tuning table {path} (CUGATHER_TUNING) was fitted on "
-                          f"{table.arch}; this GPU is {arch}, so it is not used here",
-                          RuntimeWarning, stacklevel=3)
+            _warn_once(f"cugather: the tuning table {path} (CUGATHER_TUNING) was fitted on "
+                       f"{table.arch}; this GPU is {arch}, so it is not used here")
     return None
 
 
 # ---------------------------------------------------------------- fitting
 def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: int = 12,
         max_depth: int = 12, min_gain: float = 0.02, penalty: float = 0.0,
-        tolerance: float = 0.25) -> TuningTable:
+        tolerance: float = 0.25, spec: TableSpec = GATHER) -> TuningTable:
     """Fit a table to timed geometries.
 
     Parameters
@@ -339,7 +454,8 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         ms by candidate label, only the candidates that apply) and ``"rule"``
         (the label the rules choose).
     meta : dict
-        Stored as the table's ``meta`` (``arch`` required).
+        Stored as the table's ``meta`` (``arch`` required; ``op`` is set from
+        ``spec``).
     min_leaf : int
         Fewest geometries per leaf.
     max_depth : int
@@ -350,6 +466,8 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         A slowdown beyond ``2**tolerance`` costs ``penalty`` times its excess
         (in log2) on top: a leaf then avoids a candidate that is best on
         average but far off on some of its geometries.
+    spec : TableSpec
+        The op whose candidates and features the records carry.
 
     Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
     candidate that does not apply costs what the rule's choice costs (the
@@ -362,11 +480,12 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
     """
     import numpy
 
-    labels = [c[0] for c in CANDIDATES if c[0] not in REFERENCE_ONLY] + ["rule"]
+    features_ = spec.features
+    labels = [c[0] for c in spec.candidates if c[0] not in spec.reference_only] + ["rule"]
     rows = [r for r in records if r.get("times")]
     if not rows:
         raise ValueError("no timed geometries to fit")
-    X = numpy.array([[r["features"][f] for f in FEATURES] for r in rows], dtype=float)
+    X = numpy.array([[r["features"][f] for f in features_] for r in rows], dtype=float)
     cost = numpy.empty((len(rows), len(labels)))
     def loss(slowdown: float) -> float:
         x = math.log2(slowdown)
@@ -381,7 +500,7 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         cost[g, -1] = rule
     ids = [0]
 
-    applies = numpy.array([[label in r["times"] and not declines(label, r["features"])
+    applies = numpy.array([[label in r["times"] and not spec.declines(label, r["features"])
                             for label in labels[:-1]] for r in rows])
     cost[:, :-1] = numpy.where(applies, cost[:, :-1], cost[:, -1:])
 
@@ -396,35 +515,64 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
             node["then"] = [labels[c] for c in ranked[1:]]
         return node
 
+    def best_split(idx: Any, thresholds: Optional[int] = None) -> List[Tuple[float, int, float]]:
+        """(score, feature, threshold) of the best split of ``idx`` on each feature
+        (each side's best single candidate); with ``thresholds``, every feature's
+        splits at that many quantiles instead of its best one."""
+        out: List[Tuple[float, int, float]] = []
+        if len(idx) < 2 * min_leaf:
+            return out
+        for fi in range(len(features_)):
+            order = idx[numpy.argsort(X[idx, fi], kind="stable")]
+            vals = X[order, fi]
+            csum = numpy.cumsum(cost[order], axis=0)
+            # a split after position k: cost[:k+1] to the left, the rest right
+            ks = numpy.arange(min_leaf - 1, len(order) - min_leaf)
+            ks = ks[vals[ks] != vals[ks + 1]]
+            if not len(ks):
+                continue
+            if thresholds is not None:
+                ks = numpy.unique(ks[numpy.linspace(0, len(ks) - 1, thresholds).astype(int)])
+                out.extend((0.0, fi, float(vals[k] + vals[k + 1]) / 2) for k in ks)
+                continue
+            split = csum[ks].min(axis=1) + (csum[-1] - csum[ks]).min(axis=1)
+            j = int(numpy.argmin(split))
+            k = int(ks[j])
+            out.append((float(split[j]), fi, float(vals[k] + vals[k + 1]) / 2))
+        return out
+
+    def settle(idx: Any) -> float:
+        """The least cost of ``idx`` with one more split at most."""
+        one = cost[idx].sum(axis=0).min()
+        return min([one] + [sc for sc, _, _ in best_split(idx)])
+
     def grow(idx: Any, depth: int) -> Dict[str, Any]:
         here = cost[idx].sum(axis=0).min()
         best = None
-        if depth < max_depth and len(idx) >= 2 * min_leaf:
-            for fi in range(len(FEATURES)):
-                order = idx[numpy.argsort(X[idx, fi], kind="stable")]
-                vals = X[order, fi]
-                csum = numpy.cumsum(cost[order], axis=0)
-                # a split after position k: cost[:k+1] to the left, the rest right
-                ks = numpy.arange(min_leaf - 1, len(order) - min_leaf)
-                ks = ks[vals[ks] != vals[ks + 1]]
-                if not len(ks):
-                    continue
-                split = csum[ks].min(axis=1) + (csum[-1] - csum[ks]).min(axis=1)
-                j = int(numpy.argmin(split))
-                if best is None or split[j] < best[0]:
-                    k = int(ks[j])
-                    best = (float(split[j]), fi, float(vals[k] + vals[k + 1]) / 2, k)
+        if depth < max_depth:
+            splits = best_split(idx)
+            best = min(splits) if splits else None
+            if spec.lookahead and (best is None or here - best[0] < min_gain) and depth + 1 < max_depth:
+                # Two levels at once: a region where a kernel wins may show only
+                # after a second split (GatherElements: the rows kernel on the last
+                # axis, where its data rows are many and short).
+                for _, fi, t in best_split(idx, thresholds=spec.lookahead):
+                    le, gt = idx[X[idx, fi] <= t], idx[X[idx, fi] > t]
+                    score = settle(le) + settle(gt)
+                    if best is None or score < best[0]:
+                        best = (score, fi, t)
         if best is None or here - best[0] < min_gain:
             return leaf(idx)
-        _, fi, t, _ = best
+        _, fi, t = best
         le = idx[X[idx, fi] <= t]
         gt = idx[X[idx, fi] > t]
-        return {"feature": FEATURES[fi], "threshold": round(float(t), 6),
+        return {"feature": features_[fi], "threshold": round(float(t), 6),
                 "n": len(idx), "le": grow(le, depth + 1), "gt": grow(gt, depth + 1)}
 
     tree = grow(numpy.arange(len(rows)), 0)
-    ranges = {f: [float(X[:, i].min()), float(X[:, i].max())] for i, f in enumerate(FEATURES)}
-    return TuningTable.from_dict({"format": FORMAT, "meta": dict(meta, geometries=len(rows)),
+    ranges = {f: [float(X[:, i].min()), float(X[:, i].max())] for i, f in enumerate(features_)}
+    return TuningTable.from_dict({"format": FORMAT,
+                                  "meta": dict(meta, op=spec.op, geometries=len(rows)),
                                   "ranges": ranges, "tree": tree}, "fitted")
 
 

@@ -2,6 +2,7 @@
 against NumPy references, the ONNX node cases, views, modes, out=, streams
 and errors."""
 
+import math
 import zlib
 
 import numpy as np
@@ -63,8 +64,9 @@ def test_gather_elements_matches_numpy(dtype, index_dtype, mode, axis):
 ])
 def test_gather_elements_staged_rows_match_numpy(dtype, index_dtype, mode, shape, idx_shape):
     """The last axis with 1024 picks per row or more stages each data row
-    (elements_row, the planner's own choice where a row fits in shared memory);
-    either kernel forced, the same result."""
+    (elements_row, the rules' choice where a row of at most 32 KB fits in shared
+    memory and there are rows for two blocks per SM); the planner's own choice
+    (the tuning table on an H200) and either kernel forced, the same result."""
     from cugather.ops import elements as el
     from cugather.runtime import run_plan
     from cugather.runtime.key import call_key, geometry_of_key
@@ -81,9 +83,12 @@ def test_gather_elements_staged_rows_match_numpy(dtype, index_dtype, mode, shape
     geo = geometry_of_key("elements", call_key(None, 0, data, data.data.ptr, idx, 0),
                           len(shape) - 1, mode)
     limits = CUDA.limits(data.data.device_id)
-    fits = shape[-1] * data.itemsize <= limits.max_shared_mem
-    staged = fits and idx_shape[-1] >= 1024
-    assert el.plan_for(geo, limits).key.kind == ("elements_row" if staged else "elements")
+    rules = type(limits)(limits.sm_count, limits.max_shared_mem, "")
+    row = shape[-1] * data.itemsize
+    fits = row <= limits.max_shared_mem
+    staged = (fits and row <= 32768 and idx_shape[-1] >= 1024 and idx_shape[-1] * 32 >= row
+              and math.prod(idx_shape[:-1]) >= 2 * limits.sm_count)
+    assert el.plan_for(geo, rules).key.kind == ("elements_row" if staged else "elements")
     fill = fill_bytes(1, data.dtype) if mode == "fill" else None
     for kind in ("elements", "elements_row") if fits else ("elements",):
         plan = el.plan_for(geo, limits, kind=kind)

@@ -142,13 +142,14 @@ def test_every_elements_row_key(key):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 def test_elements_row_is_planned_for_the_last_axis_and_matches(layout, mode):
-    """GatherElements on the last axis with many picks per row stages the row
-    (the planner's own choice), on every layout it applies to; the others keep the
-    elements kernel.  Both against the reference."""
+    """GatherElements on the last axis with many picks per row, and rows for two
+    blocks per SM, stages the row (the planner's own choice, by the rules), on every
+    layout it applies to; the others keep the elements kernel.  Both against the
+    reference."""
     rng = _seed("elements_row_auto", layout, mode)
-    host = random_data(rng, (3, 64), "float32")
+    host = random_data(rng, (270, 64), "float32")
     data = view_of(rng, host, layout)
-    idx = _indices(rng, (2, 1030), 64, "int64", mode)
+    idx = _indices(rng, (265, 1030), 64, "int64", mode)
     got, plan = host_elements(data, idx, 1, mode, fill_value=1)
     contiguous_rows = data.strides[1] == 4 and data.ctypes.data % 4 == 0
     assert (plan.key.kind == "elements_row") == contiguous_rows, (layout, plan.describe())

@@ -108,24 +108,26 @@ def test_gather_elements_column_tiles_when_a_warp_of_columns_sits_inside_the_axi
 
 
 def test_gather_elements_stages_rows_where_the_picks_cover_them():
-    """The last axis, contiguous, a row within shared memory, at least one pick
-    per 32 bytes of row and 1024 picks (4 per thread): elements_row, one block
-    per output row; fewer picks, a row too long, or the axis not innermost: the
-    elements kernel."""
-    row = plan_elements(op((64, 4000)), (64, 1100), "int64", 1, "wrap")
+    """The last axis, contiguous, a row of at most 32 KB, at least one pick per 32
+    bytes of row, 1024 picks (4 per thread) and rows for two blocks per SM:
+    elements_row, one block per output row; fewer picks or rows, a row too long,
+    or the axis not innermost: the elements kernel (the rules, no tuning table)."""
+    row = plan_elements(op((300, 4000)), (300, 1100), "int64", 1, "wrap")
     assert row.key.kind == "elements_row" and row.shared_mem == 16000
-    assert row.fields["cols"] == 1100 and row.fields["row_tiles"] == 64
-    assert row.fields["stage_unit"] == 16 and row.grid == (64, 1, 1)
-    few = plan_elements(op((64, 1000)), (64, 1000), "int64", 1, "wrap")   # < 1024 picks
-    sparse = plan_elements(op((64, 12000)), (64, 1100), "int64", 1, "wrap")  # 47 KB row, 1100 picks
+    assert row.fields["cols"] == 1100 and row.fields["row_tiles"] == 300
+    assert row.fields["stage_unit"] == 16 and row.grid == (300, 1, 1)
+    few = plan_elements(op((300, 1000)), (300, 1000), "int64", 1, "wrap")   # < 1024 picks
+    rows = plan_elements(op((263, 4000)), (263, 1100), "int64", 1, "wrap")  # < 2 per SM
+    long = plan_elements(op((300, 9000)), (300, 9000), "int64", 1, "wrap")  # 36 KB row
+    sparse = plan_elements(op((300, 12000)), (300, 1100), "int64", 1, "wrap")  # 47 KB, 1100 picks
     big = plan_elements(op((64, 13000)), (64, 13000), "int64", 1, "wrap")  # 52 KB row
     first = plan_elements(op((1000, 64)), (300, 64), "int64", 0, "wrap")
-    assert [p.key.kind for p in (few, sparse, big, first)] == ["elements"] * 4
+    assert [p.key.kind for p in (few, rows, long, sparse, big, first)] == ["elements"] * 6
     with pytest.raises(ValueError, match="data row of at most 49152 bytes"):
         plan_elements(op((64, 13000)), (64, 13000), "int64", 1, "wrap", kind="elements_row")
     with pytest.raises(ValueError, match="gathered axis innermost"):
         plan_elements(op((1000, 64)), (300, 64), "int64", 0, "wrap", kind="elements_row")
-    odd = plan_elements(op((64, 1001)), (64, 1100), "int64", 1, "wrap")   # rows 4004 B apart
+    odd = plan_elements(op((300, 1001)), (300, 1100), "int64", 1, "wrap")  # rows 4004 B apart
     assert odd.key.kind == "elements_row" and odd.fields["stage_unit"] == 4
 
 

@@ -279,9 +279,11 @@ def test_the_shipped_tables_validate():
     shipped = sorted(tt.SHIPPED.glob("*.json"))
     for path in shipped:
         table = tt.load_table(path)
-        assert path.stem == table.arch
-        assert table.meta.get("geometries", 0) >= 2000, path
-    assert any(p.stem == "sm_90" for p in shipped), "the H200's table ships with the package"
+        assert path.name == table.spec.file_name(table.arch)
+        assert table.meta.get("geometries", 0) >= (2000 if table.op == "gather" else 1000), path
+    names = {p.name for p in shipped}
+    assert "sm_90.json" in names, "the H200's Gather table ships with the package"
+    assert "sm_90.elements.json" in names, "the H200's GatherElements table ships too"
 
 
 # ---------------------------------------------------------------- the planner
@@ -457,3 +459,171 @@ def test_the_tuner_records_the_features_the_planner_computes(monkeypatch):
         recorded = tt.features(s.row_bytes, tune._unit(op, s), s.outer, s.n_indices, s.axis_len,
                                4 if s.index_dtype == "int32" else 8)
         assert recorded == seen[0], s.label()
+
+
+# ---------------------------------------------------------------- GatherElements tables
+def _elements_table(tree, arch="sm_90", ranges=None):
+    ranges = ranges or {f: [-1e9, 1e9] for f in tt.ELEMENTS_FEATURES}
+    return {"format": tt.FORMAT, "meta": {"arch": arch, "op": "elements"}, "ranges": ranges,
+            "tree": tree}
+
+
+def _write_elements(path, tree, ranges=None):
+    path.write_text(json.dumps(_elements_table(tree, ranges=ranges)))
+    return path
+
+
+def _plan_el(shape, idx_shape, axis, itemsize=4, limits=SM90, index_dtype="int64"):
+    from cugather.plan.elements import plan_elements
+
+    return plan_elements(Operand.contiguous(shape, itemsize), idx_shape, index_dtype, axis,
+                         "wrap", limits=limits)
+
+
+def _el_label(p):
+    return "row" if p.kind == "elements_row" else (
+        "tiles" if p.main.fields["col_tiles"] else "elements")
+
+
+def test_the_elements_planner_takes_its_table_s_choice_and_says_so(monkeypatch, tmp_path):
+    tree = {"feature": "log2_cols", "threshold": 3.0,
+            "le": {"choice": "row", "leaf": 0, "then": ["tiles"]},
+            "gt": {"choice": "elements", "leaf": 1}}
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write_elements(tmp_path / "e.json", tree)))
+    p = _plan_el((64, 4096), (64, 4096), 1)          # the last axis, one column: row applies
+    assert _el_label(p) == "row"
+    assert p.chosen_by.startswith("sm_90 tuning table, leaf 0 (row): log2_cols <= 3")
+    assert "chosen by   sm_90 tuning table, leaf 0" in p.describe()
+    p = _plan_el((4096, 4), (512, 4), 0)              # 4 columns: leaf 0, row does not apply
+    assert _el_label(p) == "tiles"
+    assert "leaf 0 (tiles, as row does not apply)" in p.chosen_by
+    p = _plan_el((4096, 64), (512, 64), 0)            # 64 columns: leaf 1, flat order
+    assert _el_label(p) == "elements" and "leaf 1 (elements)" in p.chosen_by
+    # the Gather planner does not read a GatherElements table
+    assert tt.table_for("sm_90", "gather") is None or tt.table_for("sm_90").op == "gather"
+
+
+def test_the_elements_rules_decide_without_a_table_or_outside_its_ranges(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUGATHER_TUNING", "none")
+    p = _plan_el((300, 4096), (300, 4096), 1)
+    assert _el_label(p) == "row" and p.chosen_by.startswith("rule: the gathered axis innermost")
+    p = _plan_el((4096, 64), (512, 64), 0)
+    assert _el_label(p) == "tiles" and p.chosen_by.startswith("rule: 32 columns or more")
+    p = _plan_el((4096, 4), (512, 4), 0)
+    assert _el_label(p) == "elements" and p.chosen_by.startswith("rule: flat order")
+    tt.clear_tables()
+    ranges = {f: [-1e9, 1e9] for f in tt.ELEMENTS_FEATURES}
+    ranges["broadcast"] = [0.0, 0.0]
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write_elements(
+        tmp_path / "e.json", {"choice": "elements", "leaf": 0}, ranges)))
+    from cugather.plan.elements import plan_elements
+
+    # take_along_axis with indices broadcast over dimension 0: outside the fitted ranges
+    p = plan_elements(Operand.contiguous((4096, 64), 4), (1, 64), "int64", 1, "wrap",
+                      out_shape=(4096, 64), limits=SM90)
+    assert "leaves this geometry to them" in p.chosen_by
+    p = _plan_el((4096, 64), (512, 64), 0)
+    assert _el_label(p) == "elements" and "leaf 0 (elements)" in p.chosen_by
+
+
+def test_cugather_tuning_names_a_table_per_op(monkeypatch, tmp_path):
+    g = _write(tmp_path / "g.json", {"choice": "chunks", "leaf": 0})
+    e = _write_elements(tmp_path / "e.json", {"choice": "tiles", "leaf": 0})
+    monkeypatch.setenv("CUGATHER_TUNING", os.pathsep.join([str(e), str(g)]))
+    assert tt.table_for("sm_90").source == str(g)
+    assert tt.table_for("sm_90", "elements").source == str(e)
+    assert tt.user_table_path("sm_90", "elements").name == "sm_90.elements.json"
+    with pytest.raises(ValueError, match="op must be one of gather, elements"):
+        tt.table_for("sm_90", "nd")
+
+
+def test_an_elements_table_validates_against_its_own_candidates(monkeypatch, tmp_path):
+    with pytest.raises(tt.TableError, match="unknown candidate 'chunks'"):
+        tt.TuningTable.from_dict(_elements_table({"choice": "chunks", "leaf": 0}))
+    d = _elements_table({"feature": "log2_row_bytes", "threshold": 1.0,
+                         "le": {"choice": "row", "leaf": 0},
+                         "gt": {"choice": "tiles", "leaf": 1}})
+    with pytest.raises(tt.TableError, match="a split names one of"):
+        tt.TuningTable.from_dict(d)
+    d = _elements_table({"choice": "row", "leaf": 0})
+    d["meta"]["op"] = "scatter"
+    with pytest.raises(tt.TableError, match="meta.op must be one of"):
+        tt.TuningTable.from_dict(d)
+    with pytest.raises(tt.TableError, match="ranges must give"):
+        tt.TuningTable.from_dict(dict(_elements_table({"choice": "row", "leaf": 0}),
+                                      ranges={f: [0, 1] for f in tt.FEATURES}))
+
+
+def _elements_record(rng, best_of):
+    from cugather.bench.tune_elements import draw_elements_shapes
+    from cugather.plan.elements import elements_features_of
+
+    s = draw_elements_shapes(1, int(rng.integers(1 << 30)))[0]
+    feats = elements_features_of(Operand.contiguous(s.shape, s.itemsize), s.indices,
+                                 s.index_dtype, s.axis)
+    best = best_of(feats)
+    times = {label: (1.0 if label == best else 2.0) + rng.random() * 0.05
+             for label, _, _ in tt.ELEMENTS_CANDIDATES}
+    return {"op": "elements", "features": feats, "times": times, "rule": "elements"}
+
+
+def test_tune_fit_of_elements_records_writes_an_elements_table(tmp_path, monkeypatch):
+    """Records of ``cugather tune --op elements`` fit an elements table (the op comes
+    from the records), its held-out choices beat the rules, and the planner uses it."""
+    from cugather.cli.main import main
+
+    rng = np.random.default_rng(8)
+    rule = lambda f: "tiles" if f["log2_cols"] >= 2 else "elements"  # noqa: E731
+    records = [_elements_record(rng, rule) for _ in range(300)]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(dict(r, arch="sm_90", seed=7)) + "\n" for r in records))
+    out = tmp_path / "elements.json"
+    assert main(["tune", "--fit", str(path), "--out", str(out)]) == 0
+    table = tt.load_table(out)
+    assert table.op == "elements" and table.meta["op"] == "elements"
+    report = table.meta["held_out"]
+    assert report["table_geomean_slowdown"] < report["rules_geomean_slowdown"]
+    assert report["table_within_5pct"] > 0.9
+    monkeypatch.setenv("CUGATHER_TUNING", str(out))
+    p = _plan_el((4096, 8), (512, 8), 0)              # 8 columns: the synthetic tiles
+    assert _el_label(p) == "tiles" and "tuning table" in p.chosen_by
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(path.read_text() + json.dumps(dict(_synthetic(1)[0][0], arch="sm_90")))
+    assert main(["tune", "--fit", str(mixed), "--out", str(tmp_path / "m.json")]) == 2
+
+
+def test_the_elements_tuner_records_the_features_the_planner_computes(monkeypatch):
+    """What ``tune --op elements`` records (elements_features_of) is what
+    plan_elements hands the table, on 300 drawn geometries."""
+    from cugather.bench.tune_elements import draw_elements_shapes
+    from cugather.plan import elements as plan_module
+    from cugather.plan.elements import elements_features_of
+
+    seen = []
+
+    def spy(limits, feats, unmet, picks, row_bytes, cols, total):
+        seen.append(feats)
+        return "elements", False, "spy"
+
+    monkeypatch.setattr(plan_module, "_choose", spy)
+    for s in draw_elements_shapes(300, seed=12):
+        op = Operand.contiguous(s.shape, s.itemsize)
+        seen.clear()
+        plan_module.plan_elements(op, s.indices, s.index_dtype, s.axis, "wrap", limits=SM90)
+        assert len(seen) == 1, s.label()
+        assert elements_features_of(op, s.indices, s.index_dtype, s.axis) == seen[0], s.label()
+
+
+def test_elements_geometries_follow_their_distribution():
+    from cugather.bench.tune_elements import MAX_OUT, MIN_OUT, draw_elements_shapes
+
+    a = draw_elements_shapes(400, seed=3)
+    assert [s.label() for s in a[:50]] == [s.label() for s in draw_elements_shapes(50, seed=3)]
+    for s in a:
+        assert len(s.shape) == len(s.indices) and 0 <= s.axis < len(s.shape)
+        assert all(k <= n for d, (n, k) in enumerate(zip(s.shape, s.indices)) if d != s.axis)
+        assert MIN_OUT <= s.out_bytes <= MAX_OUT and s.axis_len < (1 << 31)
+    assert {len(s.shape) for s in a} == {1, 2, 3, 4}
+    assert {s.table_class for s in a} == {"l2", "beyond"}
+    full = sum(s.indices[s.axis] == s.axis_len for s in a) / len(a)
+    assert 0.15 < full < 0.5
