@@ -356,16 +356,26 @@ __device__ __forceinline__ void gather_strided(const StridedArgs& a)
 #endif
 
 // The aligned 16 bytes at address q.  Blocks reaching outside [lo, hi) -- the
-// first and last bytes of data -- are read byte by byte where bytes exist, so
-// no load leaves the array.
+// first and last bytes of data -- are read word by word where a whole word
+// exists and byte by byte in the word that holds an end, so no load leaves the
+// array.  (On a table of one 41-byte row, one block in three is such a block:
+// read byte by byte, the window kernel ran at 42% of its speed on larger tables.)
 __device__ __forceinline__ uint4 load_block(u64 q, u64 lo, u64 hi)
 {
     if (q >= lo && q + 16 <= hi) return __ldg((const uint4*)q);
     u32 w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-        if (q + j >= lo && q + j < hi)
-            w[j >> 2] |= (u32)__ldg((const unsigned char*)(q + j)) << ((j & 3) * 8);
+    for (int k = 0; k < 4; ++k) {
+        const u64 p = q + 4 * k;  // 4-byte aligned: q is 16-byte aligned
+        if (p >= lo && p + 4 <= hi) {
+            w[k] = __ldg((const u32*)p);
+        } else if (p + 4 > lo && p < hi) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (p + j >= lo && p + j < hi)
+                    w[k] |= (u32)__ldg((const unsigned char*)(p + j)) << (j * 8);
+        }
+    }
     uint4 v;
     v.x = w[0];
     v.y = w[1];
