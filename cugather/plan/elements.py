@@ -232,7 +232,8 @@ def _choose(limits: DeviceLimits, feats: dict, unmet: dict, picks: int, row_byte
                                    if limits.arch else "")
     choice = tab.choose(feats)
     if choice is None:
-        return kind, tiles, why + f" (the {tab.arch} tuning table leaves this geometry to them)"
+        return kind, tiles, why + (f" (the {tab.arch} tuning table leaves this geometry to "
+                                   f"them: {tab.why_not(feats)})")
     skipped = []
     for label, cand, variant in choice.ranked:
         if unmet.get(label) or tab.spec.declines(label, feats):

@@ -276,7 +276,8 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
                            4 if index_dtype == "int32" else 8)
     choice = tab.choose(feats)
     if choice is None:
-        return kind, None, why + f" (the {tab.arch} tuning table leaves this geometry to them)"
+        return kind, None, why + (f" (the {tab.arch} tuning table leaves this geometry to them: "
+                                  f"{tab.why_not(feats)})")
     skipped = []
     for label, cand, ru in choice.ranked:
         if (_unmet(cand, row_bytes, unit, axis_len, s_axis, out_align, limits,

@@ -185,6 +185,10 @@ class TableSpec:
     #: Thresholds per feature a fit tries two levels deep where no single split
     #: pays (0: greedy splits only).
     lookahead: int = 0
+    #: Features whose range over a leaf's geometries the fit stores in the leaf
+    #: (``"box"``): a geometry outside it keeps the rules, as one outside the
+    #: table's ranges does.
+    box: Tuple[str, ...] = ()
 
     @property
     def kind_of(self) -> Dict[str, Tuple[str, Any]]:
@@ -194,7 +198,14 @@ class TableSpec:
         return f"{arch}{self.suffix}.json"
 
 
-GATHER = TableSpec("gather", CANDIDATES, FEATURES, REFERENCE_ONLY, declines, "")
+#: A leaf speaks for the row sizes and units of the geometries it was fitted on,
+#: not beyond: leaves are cut on whatever separates their geometries best, and a
+#: leaf of rows under 17 bytes (where the window kernel does not apply) ranked
+#: rows/2 for 75-byte rows: 0.53 TB/s where the window kernel the rules choose
+#: moves 1.60 (H200, a shape of held-out seed 3141).
+BOX_FEATURES = ("log2_row_bytes", "unit")
+GATHER = TableSpec("gather", CANDIDATES, FEATURES, REFERENCE_ONLY, declines, "",
+                   box=BOX_FEATURES)
 ELEMENTS = TableSpec("elements", ELEMENTS_CANDIDATES, ELEMENTS_FEATURES, (),
                      _elements_declines, ".elements", lookahead=16)
 _SPECS = {spec.op: spec for spec in (GATHER, ELEMENTS)}
@@ -293,11 +304,19 @@ class TuningTable:
         return sorted(out, key=lambda n: n["leaf"])
 
     def choose(self, feats: Dict[str, float]) -> Optional[Choice]:
-        """The leaf's candidate for ``feats``; None outside the fitted ranges or where
-        the leaf keeps the rules (``"rule"``)."""
+        """The leaf's candidate for ``feats``; None outside the fitted ranges, outside
+        the leaf's ``box`` (the range of some features over its geometries) or where
+        the leaf keeps the rules (``"rule"``): :meth:`why_not` says which."""
+        return self._walk(feats)[0]
+
+    def why_not(self, feats: Dict[str, float]) -> str:
+        """Why :meth:`choose` leaves ``feats`` to the rules ("" where it does not)."""
+        return self._walk(feats)[1]
+
+    def _walk(self, feats: Dict[str, float]) -> Tuple[Optional[Choice], str]:
         for name, (lo, hi) in self.ranges.items():
             if not lo <= feats[name] <= hi:
-                return None
+                return None, f"{name} {feats[name]:g} outside the fitted {lo:g} to {hi:g}"
         node, path = self.tree, []
         while "choice" not in node:
             name, t = node["feature"], node["threshold"]
@@ -308,12 +327,16 @@ class TuningTable:
             path.append(f"{name} {op} {t:g}")
         label = node["choice"]
         if label == "rule":
-            return None
+            return None, f"its leaf {node['leaf']} keeps them"
+        for name, (lo, hi) in node.get("box", {}).items():
+            if not lo <= feats[name] <= hi:
+                return None, (f"{name} {feats[name]:g} outside the {lo:g} to {hi:g} of the "
+                              f"geometries its leaf {node['leaf']} was fitted on")
         kind_of = self.spec.kind_of
         kind, variant = kind_of[label]
         then = tuple((t,) + kind_of[t] for t in node.get("then", ()))
-        return Choice(label, kind, variant, int(node["leaf"]), " and ".join(path) or "every geometry",
-                      then)
+        return Choice(label, kind, variant, int(node["leaf"]),
+                      " and ".join(path) or "every geometry", then), ""
 
 
 def _is_number(v: Any) -> bool:
@@ -341,6 +364,12 @@ def _check_node(node: Any, depth: int, count: list, spec: TableSpec) -> None:
                 and (not then or node["choice"] != "rule")):
             raise TableError(f"a leaf's 'then' lists other candidates than its choice, each "
                              f"once, after a choice that is not 'rule'; got {then!r:.60}")
+        box = node.get("box", {})
+        if not isinstance(box, dict) or not all(
+                name in spec.features and isinstance(r, list) and len(r) == 2
+                and all(_is_number(v) for v in r) and r[0] <= r[1] for name, r in box.items()):
+            raise TableError(f"a leaf's 'box' gives [low, high] for some of {spec.features}; "
+                             f"got {box!r:.80}")
         return
     if node.get("feature") not in spec.features or not _is_number(node.get("threshold")):
         raise TableError(f"a split names one of {spec.features} and a finite threshold, got "
@@ -476,7 +505,9 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
     the best threshold of the best feature first.  A leaf ranks candidates
     (:func:`_rank`): its ``choice``, then under ``then`` the candidates for
     the geometries where the earlier ones do not apply; the planner takes the
-    first that applies, and the rules where none does.
+    first that applies, and the rules where none does.  For the features of
+    ``spec.box`` a leaf that ranks candidates stores their range over its
+    geometries (``"box"``); the table keeps the rules outside it.
     """
     import numpy
 
@@ -513,6 +544,9 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
                 "rule_slowdown": round(2 ** (cost[idx, -1].sum() / n), 4)}
         if len(ranked) > 1:
             node["then"] = [labels[c] for c in ranked[1:]]
+        if ranked and spec.box:
+            node["box"] = {f: [float(X[idx, fi].min()), float(X[idx, fi].max())]
+                           for fi, f in enumerate(features_) if f in spec.box}
         return node
 
     def best_split(idx: Any, thresholds: Optional[int] = None) -> List[Tuple[float, int, float]]:
