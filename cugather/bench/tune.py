@@ -107,10 +107,8 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None
     from ..plan.core import Operand, alignment
     from ..plan.gather import plan_gather
     from ..plan.table import CANDIDATES, features
-    from ..runtime.binding import bind
-    from ..runtime.launch import CUDA, execute
-    from .peers import time_cupy
-    from .sweep_run import adaptive, make_table
+    from ..runtime.launch import CUDA
+    from .sweep_run import make_table
 
     limits = CUDA.limits(device)
     if only is not None:  # on the layout make_table gives: C-contiguous, 256-byte aligned
@@ -148,23 +146,36 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None
             continue  # does not apply to this geometry
         if plan.main is None or plan.copy_data:
             continue
-        try:
-            bound = bind(plan, device, None, CUDA, data.dtype)
-            got = execute(bound, data, ptr, idx, None, None, device)
-            if not bool((got.view(numpy.uint8).reshape(-1) == ref_bytes).all()):
-                rec["errors"][label] = "result differs from cupy.take"
-                continue
-            del got
-            times = adaptive(lambda f, r, w: time_cupy(cp, f, r, w),
-                             lambda: execute(bound, data, ptr, idx, None, None, device),
-                             TARGET_MS, MIN_SAMPLES, MAX_SAMPLES, WARMUP)
-            rec["times"][label] = float(numpy.median(times))
-        except Exception as e:
-            rec["errors"][label] = f"{type(e).__name__}: {str(e)[:200]}"
+        time_candidate(cp, rec, label, plan, data, ptr, idx, ref_bytes, device, "cupy.take")
     if rec["rule"] not in rec["times"]:
         rec["errors"]["rule"] = f"the rules' choice {rec['rule']} was not timed"
         rec["times"] = {}
     return rec
+
+
+def time_candidate(cp, rec: Dict[str, Any], label: str, plan, data, ptr: int, idx, ref_bytes,
+                   device: int, reference: str) -> None:
+    """Run ``plan`` once, check its bytes against ``ref_bytes`` (the output of
+    ``reference``), then time it: its median ms goes to ``rec["times"][label]``, or
+    what went wrong to ``rec["errors"][label]``."""
+    from ..runtime.binding import bind
+    from ..runtime.launch import CUDA, execute
+    from .peers import time_cupy
+    from .sweep_run import adaptive
+
+    try:
+        bound = bind(plan, device, None, CUDA, data.dtype)
+        got = execute(bound, data, ptr, idx, None, None, device)
+        if not bool((got.view(numpy.uint8).reshape(-1) == ref_bytes).all()):
+            rec["errors"][label] = f"result differs from {reference}"
+            return
+        del got
+        times = adaptive(lambda f, r, w: time_cupy(cp, f, r, w),
+                         lambda: execute(bound, data, ptr, idx, None, None, device),
+                         TARGET_MS, MIN_SAMPLES, MAX_SAMPLES, WARMUP)
+        rec["times"][label] = float(numpy.median(times))
+    except Exception as e:
+        rec["errors"][label] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
 def _unit(operand, s) -> int:

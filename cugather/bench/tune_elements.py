@@ -160,11 +160,9 @@ def tune_elements_shape(cp, s: ElementsShape, seed: int, device: int
     from ..plan.core import Operand, alignment
     from ..plan.elements import elements_features_of, plan_elements
     from ..plan.table import ELEMENTS_CANDIDATES
-    from ..runtime.binding import bind
-    from ..runtime.launch import CUDA, execute
-    from .peers import time_cupy
-    from .sweep_run import adaptive, make_table
-    from .tune import MAX_SAMPLES, MIN_SAMPLES, TARGET_MS, WARMUP
+    from ..runtime.launch import CUDA
+    from .sweep_run import make_table
+    from .tune import time_candidate
 
     limits = CUDA.limits(device)
     rec: Dict[str, Any] = {"op": "elements", "shape": s.as_dict(), "times": {}, "errors": {}}
@@ -200,19 +198,8 @@ def tune_elements_shape(cp, s: ElementsShape, seed: int, device: int
         f = plan.main.fields
         if tiles and not (f["cols"] > 1 and f["total"] > f["cols"]):
             continue  # no run of columns to tile
-        try:
-            bound = bind(plan, device, None, CUDA, data.dtype)
-            got = execute(bound, data, ptr, idx, None, None, device)
-            if not bool((got.view(numpy.uint8).reshape(-1) == ref_bytes).all()):
-                rec["errors"][label] = "result differs from cupy.take_along_axis"
-                continue
-            del got
-            times = adaptive(lambda fn, r, w: time_cupy(cp, fn, r, w),
-                             lambda: execute(bound, data, ptr, idx, None, None, device),
-                             TARGET_MS, MIN_SAMPLES, MAX_SAMPLES, WARMUP)
-            rec["times"][label] = float(numpy.median(times))
-        except Exception as e:
-            rec["errors"][label] = f"{type(e).__name__}: {str(e)[:200]}"
+        time_candidate(cp, rec, label, plan, data, ptr, idx, ref_bytes, device,
+                       "cupy.take_along_axis")
     if rec["rule"] not in rec["times"]:
         rec["errors"]["rule"] = f"the rules' choice {rec['rule']} was not timed"
         rec["times"] = {}

@@ -691,3 +691,38 @@ def test_elements_geometries_follow_their_distribution():
     assert {s.table_class for s in a} == {"l2", "beyond"}
     full = sum(s.indices[s.axis] == s.axis_len for s in a) / len(a)
     assert 0.15 < full < 0.5
+
+
+def test_a_candidate_is_checked_byte_for_byte_before_it_is_timed(monkeypatch):
+    """tune's time_candidate (shared by both ops): a wrong result is recorded as an
+    error and never timed; a right one gets the median of its samples; a failure
+    to run is recorded with its type.  The GPU calls are replaced by stand-ins."""
+    from cugather.bench import sweep_run, tune
+    from cugather.runtime import binding, launch
+
+    ref = np.arange(12, dtype=np.float32)
+    out = {"got": ref.copy()}
+    calls = []
+
+    def execute(bound, data, ptr, idx, a, b, device):
+        calls.append(bound)
+        if isinstance(out["got"], Exception):
+            raise out["got"]
+        return out["got"]
+
+    monkeypatch.setattr(binding, "bind", lambda plan, *a: ("bound", plan))
+    monkeypatch.setattr(launch, "execute", execute)
+    monkeypatch.setattr(sweep_run, "adaptive",
+                        lambda timer, fn, *a: [fn() is not None and t for t in (3.0, 1.0, 2.0)])
+    ref_bytes = ref.view(np.uint8).reshape(-1)
+    rec = {"times": {}, "errors": {}}
+    tune.time_candidate(None, rec, "flat", "plan", ref, 0, None, ref_bytes, 0, "cupy.take")
+    assert rec == {"times": {"flat": 2.0}, "errors": {}} and calls[0] == ("bound", "plan")
+    out["got"] = ref.copy()
+    out["got"][5] = -1
+    tune.time_candidate(None, rec, "pack", "plan", ref, 0, None, ref_bytes, 0, "cupy.take")
+    assert "pack" not in rec["times"] and rec["errors"]["pack"] == "result differs from cupy.take"
+    out["got"] = RuntimeError("launch failed")
+    tune.time_candidate(None, rec, "row", "plan", ref, 0, None, ref_bytes, 0,
+                        "cupy.take_along_axis")
+    assert rec["errors"]["row"] == "RuntimeError: launch failed" and "row" not in rec["times"]
