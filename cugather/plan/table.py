@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 __all__ = ["CANDIDATES", "REFERENCE_ONLY", "FEATURES", "FORMAT", "TuningTable", "Choice",
            "features", "fit", "table_for", "load_table", "clear_tables", "TableError", "SHIPPED",
            "TableSpec", "GATHER", "ELEMENTS", "ELEMENTS_CANDIDATES", "ELEMENTS_FEATURES",
-           "elements_features", "spec_of"]
+           "elements_features", "spec_of", "BOX_FEATURES"]
 
 #: Version of the table format this code reads and writes.
 FORMAT = 3
