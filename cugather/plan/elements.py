@@ -230,10 +230,10 @@ def _choose(limits: DeviceLimits, feats: dict, unmet: dict, picks: int, row_byte
     if tab is None:
         return kind, tiles, why + (f" (no GatherElements tuning table for {limits.arch})"
                                    if limits.arch else "")
-    choice = tab.choose(feats)
+    choice, why_not = tab.lookup(feats)
     if choice is None:
         return kind, tiles, why + (f" (the {tab.arch} tuning table leaves this geometry to "
-                                   f"them: {tab.why_not(feats)})")
+                                   f"them: {why_not})")
     skipped = []
     for label, cand, variant in choice.ranked:
         if unmet.get(label) or tab.spec.declines(label, feats):

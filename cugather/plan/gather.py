@@ -274,10 +274,10 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
         return kind, None, why + (f" (no tuning table for {limits.arch})" if limits.arch else "")
     feats = table.features(row_bytes, unit, n_outer, n_idx, axis_len,
                            4 if index_dtype == "int32" else 8)
-    choice = tab.choose(feats)
+    choice, why_not = tab.lookup(feats)
     if choice is None:
         return kind, None, why + (f" (the {tab.arch} tuning table leaves this geometry to them: "
-                                  f"{tab.why_not(feats)})")
+                                  f"{why_not})")
     skipped = []
     for label, cand, ru in choice.ranked:
         if (_unmet(cand, row_bytes, unit, axis_len, s_axis, out_align, limits,

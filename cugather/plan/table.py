@@ -304,16 +304,13 @@ class TuningTable:
         return sorted(out, key=lambda n: n["leaf"])
 
     def choose(self, feats: Dict[str, float]) -> Optional[Choice]:
-        """The leaf's candidate for ``feats``; None outside the fitted ranges, outside
-        the leaf's ``box`` (the range of some features over its geometries) or where
-        the leaf keeps the rules (``"rule"``): :meth:`why_not` says which."""
-        return self._walk(feats)[0]
+        """The leaf's candidate for ``feats``; None where :meth:`lookup` gives none."""
+        return self.lookup(feats)[0]
 
-    def why_not(self, feats: Dict[str, float]) -> str:
-        """Why :meth:`choose` leaves ``feats`` to the rules ("" where it does not)."""
-        return self._walk(feats)[1]
-
-    def _walk(self, feats: Dict[str, float]) -> Tuple[Optional[Choice], str]:
+    def lookup(self, feats: Dict[str, float]) -> Tuple[Optional[Choice], str]:
+        """(the leaf's candidate for ``feats``, "") or (None, why the rules decide):
+        outside the fitted ranges, outside the leaf's ``box`` (the range of some
+        features over its geometries), or a leaf that keeps the rules."""
         for name, (lo, hi) in self.ranges.items():
             if not lo <= feats[name] <= hi:
                 return None, f"{name} {feats[name]:g} outside the fitted {lo:g} to {hi:g}"
