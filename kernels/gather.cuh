@@ -590,22 +590,60 @@ __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 
 // ---------------------------------------------------------------------------
 // flat: rows of units narrower than 16 bytes, from a table that caches well,
-// written as 16-byte chunks of the contiguous output.  Chunk c holds output
-// units [cV, cV + V), V = 16 / sizeof(U): one split of cV into (row, unit) and
+// written as chunks of the contiguous output.  Chunk c holds output units
+// [cV, cV + V), V = flat_units<U>() (16 bytes; 8 for 1-byte units): one split of cV into (row, unit) and
 // of the row into (outer, index position), then the chunk's units in order,
-// stepping to the next row where one ends.  Units go in groups of up to 8:
-// the index of every unit of a group is loaded first, unconditionally (units
-// of one row reload it from L1: a load under a branch would wait for the one
-// before it), then every unit; the chunk leaves as one 16-byte store.  Where
+// stepping to the next row where one ends.  Units go in groups of up to 4:
+// the index of every unit of a group is loaded first (units of one row reload
+// it from L1), then every unit; the chunk leaves as one vector store.  Where
 // the rows kernel writes one 4-byte unit per thread and store, this writes
 // four, and a chunk may take the ends of several rows.
+// No load sits under a branch, so that the loads of a group issue back to
+// back: units past the output's end read unit 0 of index 0, and an index the
+// mode rejects reads row 0, its unit then taking the fill value (the values
+// are never stored, or replaced).  Wrap mode's rare 64-bit remainder stays
+// out of the unrolled loop: an index outside [-s, s) marks the chunk, which
+// flat_far() writes again unit by unit.  A chunk of 16 1-byte units would
+// hold 16 loads of each kind at once and spill.  Measured against groups of 8 under
+// branches: 1.1-2.1x on rows of 5-75 bytes of 1- and 2-byte units, within
+// -4%..+12% on 4- and 8-byte units (BENCHMARKS.md).
 // ---------------------------------------------------------------------------
+template <class U>
+__device__ __forceinline__ constexpr int flat_units()
+{
+    return sizeof(U) == 1 ? 8 : 16 / sizeof(U);
+}
+
+// The chunk as one store: 16 bytes, or 8 for 1-byte units.
+template <int BYTES> struct FlatChunk { typedef uint4 T; };
+template <> struct FlatChunk<8> { typedef uint2 T; };
+
+template <class U, class Idx, class M>
+__device__ __forceinline__ void flat_far(const FlatArgs& a, typename M::Ix c)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = flat_units<U>();
+    const Idx* idx = (const Idx*)a.indices;
+#pragma unroll 1
+    for (int k = 0; k < V; ++k) {
+        const Ix g = c * (Ix)V + (Ix)k;
+        if (g >= (Ix)a.total) break;
+        Ix row, u, o, n;
+        divmod<M>(a.unit_div, g, row, u);
+        divmod<M>(a.n_div, row, o, n);
+        i64 i = load_index(idx + n);
+        resolve<MODE_WRAP>(i, a.axis_len);
+        store_stream((U*)a.out + g,
+                     __ldg((const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis) + u));
+    }
+}
+
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_flat(const FlatArgs& a)
 {
     typedef typename M::Ix Ix;
-    constexpr int V = 16 / sizeof(U);
-    constexpr int G = V < 8 ? V : 8;
+    constexpr int V = flat_units<U>();
+    constexpr int G = V < 4 ? V : 4;
     const Ix total = (Ix)a.total, chunks = (Ix)a.chunks;
     const Ix units = (Ix)a.unit_div.d, n_idx = (Ix)a.n_div.d;
     const Idx* idx = (const Idx*)a.indices;
@@ -617,16 +655,22 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
         divmod<M>(a.unit_div, g0, row, u);
         divmod<M>(a.n_div, row, o, n);
         U v[V];
+        bool far = false;  // wrap mode: an index outside [-s, s) in this chunk
 #pragma unroll
         for (int k0 = 0; k0 < V; k0 += G) {
             i64 ii[G];
             Ix uu[G], oo[G], nn[G];
 #pragma unroll
             for (int k = 0; k < G; ++k) {
+                if (g0 + (Ix)(k0 + k) >= total) {
+                    u = 0;
+                    n = 0;
+                    o = 0;
+                }
                 uu[k] = u;
                 oo[k] = o;
                 nn[k] = n;
-                ii[k] = g0 + (Ix)(k0 + k) < total ? load_index(idx + n) : 0;
+                ii[k] = load_index(idx + n);
                 if (++u == units) {
                     u = 0;
                     if (++n == n_idx) {
@@ -637,19 +681,28 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
             }
 #pragma unroll
             for (int k = 0; k < G; ++k) {
-                const Ix g = g0 + (Ix)(k0 + k);
                 i64 i = ii[k];
-                if (g < total && resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]))
-                    v[k0 + k] = __ldg((const U*)(a.data + (i64)oo[k] * a.s_outer + i * a.s_axis) +
-                                      uu[k]);
-                else
-                    v[k0 + k] = fill_at<U>(a.fill, (u64)g);
+                bool keep;
+                if (MODE == MODE_WRAP) {
+                    if (i < 0) i += a.axis_len;
+                    keep = (u64)i < (u64)a.axis_len;
+                    far |= !keep;
+                } else {
+                    keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]);
+                }
+                i = keep ? i : 0;
+                U w = __ldg((const U*)(a.data + (i64)oo[k] * a.s_outer + i * a.s_axis) + uu[k]);
+                if (may_skip<MODE>() && !keep) w = fill_at<U>(a.fill, (u64)(g0 + (Ix)(k0 + k)));
+                v[k0 + k] = w;
             }
         }
-        if (g0 + (Ix)V <= total) {
-            uint4 w;
-            memcpy(&w, v, 16);
-            store_stream((uint4*)a.out + c, w);
+        if (MODE == MODE_WRAP && far) {
+            flat_far<U, Idx, M>(a, c);
+        } else if (g0 + (Ix)V <= total) {
+            typedef typename FlatChunk<V * sizeof(U)>::T Chunk;
+            Chunk w;
+            memcpy(&w, v, sizeof(Chunk));
+            store_stream((Chunk*)a.out + c, w);
         } else {  // the last chunk: only the units that exist
 #pragma unroll
             for (int k = 0; k < V; ++k)

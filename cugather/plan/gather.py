@@ -373,10 +373,11 @@ def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_d
 
 def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                math_name, grid_cap, base, limits) -> GatherPlan:
-    # flat: 16-byte chunks of `per` units of the output (plan_gather checked
-    # _unmet: the output's base is 16-byte aligned, so every full chunk is one
-    # aligned store).  lean: one unit per thread (a chunk of one unit).
-    per = 16 // unit if kind == "flat" else 1
+    # flat: chunks of `per` units of the output, 16 bytes (8 for 1-byte units,
+    # kernels/gather.cuh flat_units); plan_gather checked _unmet: the output's
+    # base is 16-byte aligned, so every full chunk is one aligned store.  lean:
+    # one unit per thread (a chunk of one unit).
+    per = (8 if unit == 1 else 16 // unit) if kind == "flat" else 1
     total = n_outer * n_idx * units
     chunks = cdiv(total, per)
     # the chunk's first unit, chunks * per, is the largest numerator split
@@ -392,7 +393,7 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
         return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row, one unit per "
                                             f"thread", **base)
     return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row as {chunks} "
-                                        f"16-byte chunks of {per} units", **base)
+                                        f"{per * unit}-byte chunks of {per} units", **base)
 
 
 def _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,

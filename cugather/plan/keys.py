@@ -78,6 +78,13 @@ def _rows_blocks(key: "KernelKey") -> int:
                                                                      tuning.ROWS_BLOCKS_NARROW)
 
 
+def _flat_blocks(key: "KernelKey") -> int:
+    pair = (key.unit, key.math)
+    if key.mode == "raise" and pair in tuning.FLAT_BLOCKS_RAISE:
+        return tuning.FLAT_BLOCKS_RAISE[pair]
+    return tuning.FLAT_BLOCKS[pair]
+
+
 def _elements_nd_blocks(key: "KernelKey") -> int:
     # 16-byte units take 6: at 8 (32 registers) they would spill.
     return 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8
@@ -108,7 +115,7 @@ _SPECS = {
     "pack": KindSpec("gather.cuh", "gather_pack", "WindowArgs", units=(16,), min_blocks=4),
     # Rows of units narrower than 16 bytes, written as 16-byte chunks of units.
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),
-                     min_blocks=lambda key: tuning.FLAT_BLOCKS[(key.unit, key.math)]),
+                     min_blocks=lambda key: _flat_blocks(key)),
     # Short calls: one unit per thread, nothing unrolled (FlatArgs).
     "lean": KindSpec("gather.cuh", "gather_lean", "FlatArgs"),
     # Long rows of any length and alignment as aligned 16-byte chunks, the

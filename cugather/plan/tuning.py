@@ -64,6 +64,9 @@ PACK_ILP = 2
 # 16 or 8 of them, so those take fewer.
 FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64"): 4,
                (2, "fast32"): 4, (2, "fast64"): 3, (1, "fast32"): 4, (1, "fast64"): 2}
+# raise mode's bounds check holds more registers: NVRTC 12.2 spills the 4-byte
+# kernels at 6 blocks.
+FLAT_BLOCKS_RAISE = {(4, "fast32"): 5}
 # span (long rows as aligned 16-byte chunks, a row's index read once per thread):
 # chunks per thread, all loaded before the first store; rows of fewer bytes than
 # SPAN_MIN_ROW are not its (a row then leaves most lanes of its warp idle);
