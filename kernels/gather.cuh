@@ -638,6 +638,25 @@ __device__ __forceinline__ void flat_far(const FlatArgs& a, typename M::Ix c)
     }
 }
 
+// Fill and raise mode on an axis of size 0 (the other modes refuse it before a
+// launch): every unit takes the fill value, raise mode records its index, and
+// the table, which has no bytes, is never read.
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void flat_empty_axis(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    const Idx* idx = (const Idx*)a.indices;
+    for (Ix g = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; g < (Ix)a.total;
+         g += (Ix)gridDim.x * (Ix)blockDim.x) {
+        Ix row, u, o, n;
+        divmod<M>(a.unit_div, g, row, u);
+        divmod<M>(a.n_div, row, o, n);
+        i64 i = load_index(idx + n);
+        resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+        store_stream((U*)a.out + g, fill_at<U>(a.fill, (u64)g));
+    }
+}
+
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_flat(const FlatArgs& a)
 {
@@ -647,6 +666,10 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
     const Ix total = (Ix)a.total, chunks = (Ix)a.chunks;
     const Ix units = (Ix)a.unit_div.d, n_idx = (Ix)a.n_div.d;
     const Idx* idx = (const Idx*)a.indices;
+    if (may_skip<MODE>() && a.axis_len == 0) {  // below, a rejected index reads row 0
+        flat_empty_axis<U, Idx, M, MODE>(a);
+        return;
+    }
 
     for (Ix c = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; c < chunks;
          c += (Ix)gridDim.x * (Ix)blockDim.x) {

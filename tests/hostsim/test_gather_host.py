@@ -343,6 +343,28 @@ def test_span_fills_whole_elements():
     assert_same(got, gather_ref(data, idx, 0, "fill", -1.25), f"indices {idx.tolist()}")
 
 
+@pytest.mark.parametrize("kind", GATHER_KINDS)
+@pytest.mark.parametrize("mode", ["fill", "raise"])
+def test_empty_axis_reads_no_data(kind, mode):
+    """An axis of size 0: fill mode fills every output unit, raise mode names index
+    0; no kernel may read the table (it has no bytes; loads are range-checked)."""
+    for shape, axis, dtype in (((3, 0, 5), 1, "float32"), ((0, 7), 0, "uint8"),
+                               ((4, 0), 1, "int16")):
+        data = runner.device_copy(np.zeros(shape, dtype))
+        idx = np.array([0, -1, 2, 5])
+        try:
+            got = runner.host_gather(data, idx, axis, mode=mode, fill_value=3, kind=kind)
+        except IndexError as e:
+            assert mode == "raise" and "index 0 is out of bounds" in str(e), str(e)
+            continue
+        except ValueError:
+            continue  # the kind does not apply to these rows
+        assert mode == "fill", f"{kind} raised nothing for an empty axis"
+        assert_same(got, gather_ref(np.zeros(shape, dtype), idx, axis, "fill", 3),
+                    f"{kind}, shape {shape}")
+        assert [k.kind for k, *_ in runner.last_launches()] == [kind]
+
+
 def test_empty_and_scalar_indices():
     data = runner.device_copy(np.arange(24, dtype=np.float32).reshape(4, 6))
     assert_same(runner.host_gather(data, np.int64(2), 1), data[:, 2], "0-d index")
