@@ -591,22 +591,22 @@ __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 // ---------------------------------------------------------------------------
 // flat: rows of units narrower than 16 bytes, from a table that caches well,
 // written as chunks of the contiguous output.  Chunk c holds output units
-// [cV, cV + V), V = flat_units<U>() (16 bytes; 8 for 1-byte units): one split of cV into (row, unit) and
-// of the row into (outer, index position), then the chunk's units in order,
-// stepping to the next row where one ends.  Units go in groups of up to 4:
-// the index of every unit of a group is loaded first (units of one row reload
-// it from L1), then every unit; the chunk leaves as one vector store.  Where
-// the rows kernel writes one 4-byte unit per thread and store, this writes
-// four, and a chunk may take the ends of several rows.
+// [cV, cV + V), V = flat_units<U>() (16 bytes of units; 8 of 1-byte units: 16
+// would hold 16 loads of each kind at once and spill): one split of cV into
+// (row, unit) and of the row into (outer, index position), then the chunk's
+// units in order, stepping to the next row where one ends.  Units go in
+// groups of up to 4: the index of every unit of a group is loaded first
+// (units of one row reload it from L1), then every unit; the chunk leaves as
+// one vector store.  Where the rows kernel writes one 4-byte unit per thread
+// and store, this writes four, and a chunk may take the ends of several rows.
 // No load sits under a branch, so that the loads of a group issue back to
 // back: units past the output's end read unit 0 of index 0, and an index the
 // mode rejects reads row 0, its unit then taking the fill value (the values
 // are never stored, or replaced).  Wrap mode's rare 64-bit remainder stays
 // out of the unrolled loop: an index outside [-s, s) marks the chunk, which
-// flat_far() writes again unit by unit.  A chunk of 16 1-byte units would
-// hold 16 loads of each kind at once and spill.  Measured against groups of 8 under
-// branches: 1.1-2.1x on rows of 5-75 bytes of 1- and 2-byte units, within
-// -4%..+12% on 4- and 8-byte units (BENCHMARKS.md).
+// flat_far() writes again unit by unit.  Measured against groups of 8 under
+// branches: 1.1-2.1x on rows of 5-75 bytes of 1- and 2-byte units, -4% to
+// +21% on 4- and 8-byte units (BENCHMARKS.md).
 // ---------------------------------------------------------------------------
 template <class U>
 __device__ __forceinline__ constexpr int flat_units()
