@@ -82,7 +82,8 @@ struct WindowArgs {
 };
 
 // flat: contiguous rows of `units` units (U narrower than 16 bytes) written
-// to the contiguous output as 16-byte chunks of 16 / sizeof(U) units each.
+// to the contiguous output as chunks of flat_units<U>() units each (16 bytes;
+// 8 for 1-byte units).
 struct FlatArgs {
     const char* data;
     const void* indices;
@@ -92,7 +93,7 @@ struct FlatArgs {
     i64 s_axis;
     i64 axis_len;
     u64 total;       // units in the output: outer * n_indices * units
-    u64 chunks;      // ceil(total / (16 / sizeof(U)))
+    u64 chunks;      // ceil(total / flat_units<U>())
     Divisor n_div;   // n_indices, splits a row into (outer, index position)
     Divisor unit_div; // units per row, splits a flat unit position into (row, unit)
     u64 fill[2];

@@ -113,9 +113,10 @@ _SPECS = {
     "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # Rows of 3 to 15 bytes, several per 16-byte chunk, through window's loop.
     "pack": KindSpec("gather.cuh", "gather_pack", "WindowArgs", units=(16,), min_blocks=4),
-    # Rows of units narrower than 16 bytes, written as 16-byte chunks of units.
+    # Rows of units narrower than 16 bytes, written as 16-byte chunks of units
+    # (8-byte chunks of 1-byte units).
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),
-                     min_blocks=lambda key: _flat_blocks(key)),
+                     min_blocks=_flat_blocks),
     # Short calls: one unit per thread, nothing unrolled (FlatArgs).
     "lean": KindSpec("gather.cuh", "gather_lean", "FlatArgs"),
     # Long rows of any length and alignment as aligned 16-byte chunks, the
