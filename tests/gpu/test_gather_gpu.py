@@ -71,6 +71,33 @@ def test_forced_variants(kind, math_name, mode):
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
 
 
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "window", "pack",
+                                  "flat", "lean", "span", "strided"])
+@pytest.mark.parametrize("mode", ["fill", "raise"])
+def test_empty_axis_reads_no_data(kind, mode):
+    """An axis of size 0, each kind forced: fill mode fills every output unit, raise
+    mode names index 0, and no kernel reads the table (it has no bytes)."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    for shape, axis, dtype in (((3, 0, 5), 1, "float32"), ((0, 7), 0, "uint8"),
+                               ((4, 0), 1, "int16")):
+        data = np.zeros(shape, dtype)
+        idx = np.array([0, -1, 2, 5], np.int64)
+        op = cugather.GatherOp(axis, mode=mode, fill_value=3)
+        try:
+            plan = op.plan(data, idx, kind=kind)
+        except ValueError:
+            continue  # the kind does not apply to these rows
+        fill = fill_bytes(3, data.dtype) if mode == "fill" else None
+        if mode == "raise":
+            with pytest.raises(IndexError, match="index 0 is out of bounds"):
+                run_plan(plan, cp.asarray(data), cp.asarray(idx))
+            continue
+        got = run_plan(plan, cp.asarray(data), cp.asarray(idx), fill=fill)
+        assert_same(got.get(), gather_ref(data, idx, axis, "fill", 3), f"{plan.key}")
+
+
 @pytest.mark.parametrize("row_bytes", range(3, 16))
 @pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
 def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
