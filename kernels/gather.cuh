@@ -639,24 +639,9 @@ __device__ __forceinline__ void flat_far(const FlatArgs& a, typename M::Ix c)
     }
 }
 
-// Fill and raise mode on an axis of size 0 (the other modes refuse it before a
-// launch): every unit takes the fill value, raise mode records its index, and
-// the table, which has no bytes, is never read.
+// lean (below): one unit per thread, its load only where the index resolves.
 template <class U, class Idx, class M, int MODE>
-__device__ __forceinline__ void flat_empty_axis(const FlatArgs& a)
-{
-    typedef typename M::Ix Ix;
-    const Idx* idx = (const Idx*)a.indices;
-    for (Ix g = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; g < (Ix)a.total;
-         g += (Ix)gridDim.x * (Ix)blockDim.x) {
-        Ix row, u, o, n;
-        divmod<M>(a.unit_div, g, row, u);
-        divmod<M>(a.n_div, row, o, n);
-        i64 i = load_index(idx + n);
-        resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
-        store_stream((U*)a.out + g, fill_at<U>(a.fill, (u64)g));
-    }
-}
+__device__ __forceinline__ void gather_lean(const FlatArgs& a);
 
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_flat(const FlatArgs& a)
@@ -667,8 +652,11 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
     const Ix total = (Ix)a.total, chunks = (Ix)a.chunks;
     const Ix units = (Ix)a.unit_div.d, n_idx = (Ix)a.n_div.d;
     const Idx* idx = (const Idx*)a.indices;
-    if (may_skip<MODE>() && a.axis_len == 0) {  // below, a rejected index reads row 0
-        flat_empty_axis<U, Idx, M, MODE>(a);
+    if (may_skip<MODE>() && a.axis_len == 0) {
+        // Fill and raise mode on an axis of size 0 (the other modes refuse it
+        // before a launch): below, a rejected index reads row 0, which an empty
+        // table lacks; lean reads no table byte for a rejected index.
+        gather_lean<U, Idx, M, MODE>(a);
         return;
     }
 
