@@ -724,6 +724,57 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
 }
 
 // ---------------------------------------------------------------------------
+// bcast: an axis of length 1 in wrap and clip mode, where every index resolves
+// to 0: the output is each outer slice's row repeated n_indices times, and no
+// index is read (the other kinds read n_indices * sizeof(Idx) bytes for it).
+// flat's chunks of the contiguous output (FlatArgs, V = flat_units<U>()), one
+// split of the chunk's first unit, then its units in order; unit u of row
+// R = (o, n) is unit u of outer slice o.  Units past the output's end read
+// unit 0 of slice 0 and are not stored.  One build serves wrap and clip.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_bcast(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = flat_units<U>();
+    const Ix total = (Ix)a.total, chunks = (Ix)a.chunks;
+    const Ix units = (Ix)a.unit_div.d, n_idx = (Ix)a.n_div.d;
+    for (Ix c = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; c < chunks;
+         c += (Ix)gridDim.x * (Ix)blockDim.x) {
+        const Ix g0 = c * (Ix)V;
+        Ix row, u, o, n;
+        divmod<M>(a.unit_div, g0, row, u);
+        divmod<M>(a.n_div, row, o, n);
+        U v[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            if (g0 + (Ix)k >= total) {
+                u = 0;
+                o = 0;
+            }
+            v[k] = __ldg((const U*)(a.data + (i64)o * a.s_outer) + u);
+            if (++u == units) {
+                u = 0;
+                if (++n == n_idx) {
+                    n = 0;
+                    ++o;
+                }
+            }
+        }
+        if (g0 + (Ix)V <= total) {
+            typedef typename FlatChunk<V * sizeof(U)>::T Chunk;
+            Chunk w;
+            memcpy(&w, v, sizeof(Chunk));
+            store_stream((Chunk*)a.out + c, w);
+        } else {  // the last chunk: only the units that exist
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                if (g0 + (Ix)k < total) store_stream((U*)a.out + g0 + k, v[k]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // lean: one unit per thread over the contiguous output, nothing unrolled.  A
 // short call's time is its launch and two dependent loads (index, then data);
 // this kernel puts the least code between them.  Output unit t is unit u of

@@ -23,6 +23,9 @@ __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
                 "span", "lean", "strided")
+#: Kernel modes in which an axis of length 1 resolves every index to 0: the
+#: planner then takes the ``bcast`` kind, which reads no index.
+BCAST_MODES = ("wrap", "clip", "clip_numpy")
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,8 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
                 bounds=(axis_len,), check=check)
     if out_size == 0:
         return GatherPlan(**base)
-    if kind is not None and kind not in GATHER_KINDS:
-        raise ValueError(f"kind must be one of {GATHER_KINDS}, got {kind!r}")
+    if kind is not None and kind not in GATHER_KINDS + ("bcast",):
+        raise ValueError(f"kind must be one of {GATHER_KINDS + ('bcast',)}, got {kind!r}")
 
     outer = merge_dims(data.dims(0, axis))
     inner = merge_dims(data.dims(axis + 1) + [(data.itemsize, 1)])
@@ -135,6 +138,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     unit = unit_for(row_bytes, data.align, out_align, s_outer, s_axis)
     units = row_bytes // unit
     rows = n_outer * n_idx
+    if kind == "bcast" or (not forced and axis_len == 1 and mode in BCAST_MODES
+                           and out_align >= 16):
+        return _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode,
+                           out_align, math_name, max_grid or GRID_X_MAX, base, limits, forced)
     if not forced:
         kind, row_unroll, base["chosen_by"] = _choose(
             limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align)
@@ -394,6 +401,36 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
                                             f"thread", **base)
     return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row as {chunks} "
                                         f"{per * unit}-byte chunks of {per} units", **base)
+
+
+def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out_align,
+                math_name, grid_cap, base, limits, forced) -> GatherPlan:
+    # flat's chunks over the output (plan_gather: rows contiguous, outer slices
+    # one stride apart); the unit at most 8 bytes, as flat's.
+    axis_len = base["bounds"][0]
+    if axis_len != 1 or mode not in BCAST_MODES or out_align < 16:
+        raise ValueError(f"kernel kind 'bcast' needs an axis of length 1 in wrap or clip mode "
+                         f"and a 16-byte aligned output; here the axis has length {axis_len}, "
+                         f"mode {mode!r}, out aligned to {out_align} B")
+    unit = min(unit, 8)
+    units = row_bytes // unit
+    per = 8 if unit == 1 else 16 // unit
+    total = n_outer * n_idx * units
+    chunks = cdiv(total, per)
+    mname = index_math(max(chunks * per, n_outer * n_idx, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
+    fields = dict(s_outer=s_outer, s_axis=0, axis_len=1, total=total, chunks=chunks,
+                  n_div=make_divisor(max(n_idx, 1), bits), unit_div=make_divisor(units, bits))
+    threads = _spread(chunks, tuning.MAX_THREADS, limits)
+    grid = (min(cdiv(chunks, threads), grid_cap), 1, 1)
+    main = Launch(KernelKey("bcast", unit, index_dtype, mname, "wrap"), fields, grid,
+                  (threads, 1, 1))
+    if not forced:
+        base = dict(base, chosen_by="rule: an axis of length 1 in wrap or clip mode resolves "
+                                    "every index to 0; its indices need not be read")
+    return GatherPlan(main=main, reason=f"the {row_bytes} B row of each of {n_outer} outer "
+                                        f"slice(s) repeated {n_idx} times as {chunks} "
+                                        f"{per * unit}-byte chunks; no index read", **base)
 
 
 def _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,

@@ -119,6 +119,11 @@ _SPECS = {
                      min_blocks=_flat_blocks),
     # Short calls: one unit per thread, nothing unrolled (FlatArgs).
     "lean": KindSpec("gather.cuh", "gather_lean", "FlatArgs"),
+    # An axis of length 1 in wrap and clip mode: every index is 0, the table's
+    # rows are repeated and no index is read (FlatArgs; one build, "wrap",
+    # serves both modes).
+    "bcast": KindSpec("gather.cuh", "gather_bcast", "FlatArgs", units=(1, 2, 4, 8),
+                      modes=("wrap",), min_blocks=_flat_blocks),
     # Long rows of any length and alignment as aligned 16-byte chunks, the
     # row's index read once per thread.
     "span": KindSpec("gather.cuh", "gather_span", "SpanArgs", units=(16,),

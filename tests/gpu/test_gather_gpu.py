@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cugather
+from cugather.ops import gather as gather_op
 from support.reference import (DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, random_data,
                                random_indices)
 
@@ -96,6 +97,36 @@ def test_empty_axis_reads_no_data(kind, mode):
             continue
         got = run_plan(plan, cp.asarray(data), cp.asarray(idx), fill=fill)
         assert_same(got.get(), gather_ref(data, idx, axis, "fill", 3), f"{plan.key}")
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int16", "float32", "complex64", "complex128"])
+@pytest.mark.parametrize("api,mode", [("gather", "wrap"), ("gather", "clip"), ("take", "wrap"),
+                                      ("take", "clip"), ("gather", "fill"), ("gather", "raise")])
+def test_axis_of_length_one(dtype, api, mode):
+    """An axis of length 1: wrap and clip mode take the bcast kernel (every index is
+    0, none is read) over several blocks and rows of 1 to 9 units; fill and raise
+    mode still read every index."""
+    rng = np.random.default_rng(11)
+    for shape, axis, idx_shape in (((300, 1, 9), 1, (2, 700)), ((1, 5), 0, (40_000,)),
+                                   ((7, 1), 1, (3,)), ((1,), 0, (100_001,))):
+        data = random_data(rng, shape, dtype)
+        idx = rng.integers(-4, 4, size=idx_shape)
+        if mode == "raise":
+            idx = np.clip(idx, -1, 0)
+        d, i = cp.asarray(data), cp.asarray(idx)
+        if api == "take":
+            got = cugather.take(d, i, axis=axis, mode=mode)
+            want = np.take(data, idx, axis=axis, mode=mode)
+        else:
+            got = cugather.gather(d, i, axis, mode=mode, fill_value=1)
+            want = gather_ref(data, idx, axis, mode, 1)
+        assert_same(got.get(), want, f"{shape} axis {axis} {api} {mode}")
+        plan = (cugather.GatherOp(axis, mode=mode) if api == "gather"
+                else gather_op.take_op(axis, mode)).plan(d, i)
+        assert (plan.key.kind == "bcast") == (mode in ("wrap", "clip")), str(plan.key)
+    if mode == "raise":
+        with pytest.raises(IndexError, match="index 1 is out of bounds"):
+            cugather.gather(cp.zeros((4, 1), dtype), cp.asarray([0, -1, 1, 0]), 1)
 
 
 @pytest.mark.parametrize("row_bytes", range(3, 16))

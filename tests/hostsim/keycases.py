@@ -190,6 +190,20 @@ def _lean(key: KernelKey) -> list:
     ]
 
 
+@register("bcast")
+def _bcast(key: KernelKey) -> list:
+    # An axis of length 1 (every index resolves to 0, none is read): rows of
+    # several units with outer slices over several blocks with a partial last
+    # chunk, rows of one unit on a grid of one block (the loop strides), the
+    # axis first and a 1-d table.
+    return [
+        Case((50, 1, 7), axis=1, index_shape=(130,), **_common(key, "blocks")),
+        Case((6, 1), axis=1, index_shape=(20, 11), **_common(key, "stride", max_grid=1)),
+        Case((1, 9), axis=0, index_shape=(3, 7), **_common(key, "first")),
+        Case((1,), axis=0, index_shape=(37,), **_common(key, "one")),
+    ]
+
+
 @register("span")
 def _span(key: KernelKey) -> list:
     # Rows of 16-byte units (1 segment, several rows per block), rows of 301

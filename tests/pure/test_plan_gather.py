@@ -172,6 +172,40 @@ def test_forcing_an_impossible_variant_is_an_error():
         plan_of(Operand((4, 5), (8, 40), 8), (3,), axis=0, kind="rows")
 
 
+@pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy", "fill", "raise"])
+@pytest.mark.parametrize("shape,axis,dtype,unit", [
+    ((2, 2, 2, 1), 3, "f2", 2), ((1, 25), 0, "f4", 4), ((9, 1, 4), 1, "c16", 8),
+    ((1,), 0, "u1", 1), ((6, 1, 7), 1, "u1", 1)])
+def test_an_axis_of_length_one_reads_no_index_in_wrap_and_clip_mode(mode, shape, axis, dtype,
+                                                                      unit):
+    """Wrap and clip resolve every index of a length-1 axis to 0: bcast repeats the
+    rows (unit at most 8 bytes, one "wrap" build for all three modes); fill and
+    raise mode must read the indices and keep their kernels."""
+    p = plan_of((shape, dtype), (1000, 3), axis, mode=mode, limits=DeviceLimits(arch="sm_90"))
+    if mode in ("fill", "raise"):
+        assert p.key.kind != "bcast"
+        return
+    assert p.key.kind == "bcast" and p.key.mode == "wrap" and p.key.unit == unit
+    assert "axis of length 1" in p.chosen_by and "no index read" in p.reason
+    row = math.prod(shape[axis + 1:]) * np.dtype(dtype).itemsize
+    per = 8 if unit == 1 else 16 // unit
+    f = p.fields
+    assert f["total"] == math.prod(shape[:axis]) * 3000 * row // unit
+    assert f["chunks"] == -(-f["total"] // per) and f["unit_div"].d == row // unit
+    # a misaligned output takes the usual kernels; forcing bcast elsewhere is an error
+    assert plan_of((shape, dtype), (1000, 3), axis, mode=mode, out_align=8).key.kind != "bcast"
+    with pytest.raises(ValueError, match="'bcast' needs an axis of length 1"):
+        plan_of(((4, 2), dtype), (5,), 1, mode=mode, kind="bcast")
+
+
+def test_forcing_bcast_in_fill_or_raise_mode_is_an_error():
+    for mode in ("fill", "raise"):
+        with pytest.raises(ValueError, match=f"mode '{mode}'"):
+            plan_of(((4, 1), "f4"), (5,), 1, mode=mode, kind="bcast")
+    with pytest.raises(ValueError, match="contiguous rows"):
+        plan_of(Operand((4, 1, 5), (80, 80, 8), 4), (3,), axis=1, kind="bcast")
+
+
 # --------------------------------------------------------------- emulation
 def _emulate(plan, data, idx):
     """Run a plan's addressing on the host: byte offsets from the plan's fields,

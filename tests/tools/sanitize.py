@@ -61,7 +61,7 @@ KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
-                "span", "lean", "strided")
+                "span", "lean", "strided", "bcast")
 SHARED_KINDS = ("inner", "slab", "elements_row")  # kinds that stage data in shared memory
 
 
@@ -102,6 +102,10 @@ CANDIDATES = {
              Geometry((4, 16417), 0, (3,))],
     "lean": [Geometry((50, 7), 0, (130,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((40,), 0, (3, 7))],
+    # an axis of length 1: rows of several units, of one unit, and on a grid
+    # of one block
+    "bcast": [Geometry((50, 1, 7), 1, (130,)), Geometry((3, 1), 1, (20, 11), max_grid=1),
+              Geometry((1, 9), 0, (1300,))],
     "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
     "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
