@@ -192,4 +192,37 @@ case("T8_3000x100_f64_ax1", (3000, 100), np.float64, 1, 40000, "int64", 8)
 case("D1_179x539660_f32_ax1", (179, 539660), np.float32, 1, 11896, "int32", 4)
 case("D2_1595x975067_i64_ax1", (1595, 975067), np.int64, 1, 31632, "int64", 8)
 case("D3_40x2000000_f16_ax1", (40, 2_000_000), np.float16, 1, 100_000, "int32", 2)
+# an axis of length 1 (wrap: every index is 0; the planned kernel is bcast)
+def bcast_case(name, shape, dtype, axis, n, idt):
+    rng = cp.random.default_rng(2)
+    data = rng.integers(0, 120, size=shape, dtype=np.int32).astype(dtype)
+    idx = rng.integers(-3, 3, size=n, dtype=np.int64).astype(idt)
+    ref = cp.take(data, idx, axis=axis, mode="wrap")
+    op = cugather.GatherOp(axis, mode="wrap")
+    res = {"planned_kind": op.plan(data, idx).key.entry, "bytes": 2 * ref.nbytes + idx.nbytes}
+    assert same(op(data, idx), ref)
+    a = cp.empty_like(ref); b = cp.empty_like(ref)
+    rt = cp.cuda.runtime
+    T = {"copy": tc(lambda: rt.memcpyAsync(b.data.ptr, a.data.ptr, ref.nbytes, rt.memcpyDeviceToDevice,
+                                            cp.cuda.get_current_stream().ptr)),
+         "planned": tc(lambda: op(data, idx)), "flat": "", "cupy": tc(lambda: cp.take(data, idx, axis=axis))}
+    fn = forced(data, idx, axis, "flat")
+    T["flat"] = tc(fn) if same(fn(), ref) else "MISMATCH"
+    td = torch.from_dlpack(data); ti = torch.from_dlpack(idx)
+    T["torch"] = us(time_torch(torch, lambda: torch.index_select(td, axis, ti % shape[axis]), 30))
+    jd = jax.dlpack.from_dlpack(data); ji = jax.dlpack.from_dlpack(idx)
+    take = jax.jit(lambda d, i: jnp.take(d, i, axis=axis, mode="wrap"))
+    take(jd, ji).block_until_ready()
+    T["jax"] = us(time_jax(lambda: take(jd, ji), 30))
+    res["us"] = T
+    res["TBps"] = {k: (round(res["bytes"] / (t * 1e-6) / 1e12, 3) if isinstance(t, float) else t)
+                   for k, t in T.items()}
+    R[name] = res
+    print(name, res["planned_kind"], json.dumps(res["TBps"]), flush=True)
+    del data, idx, ref, a, b
+    cp.get_default_memory_pool().free_all_blocks()
+
+bcast_case("B1_2x2x2x1_f16_ax3_i64", (2, 2, 2, 1), np.float16, 3, 16_000_000, "int64")
+bcast_case("B2_1x25_f32_ax0", (1, 25), np.float32, 0, 2_000_000, "int64")
+bcast_case("B3_300x1x7_u8_ax1", (300, 1, 7), np.uint8, 1, 100_000, "int32")
 json.dump(R, open(os.path.join(OUT, "probe-tiny.json"), "w"), indent=1)
