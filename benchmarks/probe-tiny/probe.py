@@ -166,8 +166,8 @@ def case(name, shape, dtype, axis, n, idt, unit):
         out.fill(0)
         key = "fx_V%d%s%s" % (v[2], "_vec" if v[3] else "", "_ns" if v[4] else "")
         T[key] = tc(fn) if same(fn(), ref) else "MISMATCH"
-    td = torch.from_dlpack(data); ti = torch.from_dlpack(idx)
-    T["torch"] = us(time_torch(torch, lambda: torch.index_select(td, axis, ti % shape[axis]), 30))
+    td = torch.from_dlpack(data); ti = torch.from_dlpack(idx) % shape[axis]
+    T["torch"] = us(time_torch(torch, lambda: torch.index_select(td, axis, ti), 30))
     jd = jax.dlpack.from_dlpack(data); ji = jax.dlpack.from_dlpack(idx)
     take = jax.jit(lambda d, i: jnp.take(d, i, axis=axis, mode="wrap"))
     take(jd, ji).block_until_ready()
@@ -208,8 +208,8 @@ def bcast_case(name, shape, dtype, axis, n, idt):
          "planned": tc(lambda: op(data, idx)), "flat": "", "cupy": tc(lambda: cp.take(data, idx, axis=axis))}
     fn = forced(data, idx, axis, "flat")
     T["flat"] = tc(fn) if same(fn(), ref) else "MISMATCH"
-    td = torch.from_dlpack(data); ti = torch.from_dlpack(idx)
-    T["torch"] = us(time_torch(torch, lambda: torch.index_select(td, axis, ti % shape[axis]), 30))
+    td = torch.from_dlpack(data); ti = torch.from_dlpack(idx) % shape[axis]
+    T["torch"] = us(time_torch(torch, lambda: torch.index_select(td, axis, ti), 30))
     jd = jax.dlpack.from_dlpack(data); ji = jax.dlpack.from_dlpack(idx)
     take = jax.jit(lambda d, i: jnp.take(d, i, axis=axis, mode="wrap"))
     take(jd, ji).block_until_ready()
