@@ -724,6 +724,82 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
 }
 
 // ---------------------------------------------------------------------------
+// flatv: rows of one unit where V = flat_units<U>() divides the index count.
+// Chunk c is output units [cV, cV + V): index positions [n, n + V) of one
+// outer slice o (a slice holds a whole number of chunks), so the chunk's V
+// indices are read as vector loads of up to 16 bytes (one by one where the
+// index array's base is not aligned to them; the test is the same for every
+// thread), then its V units, then one chunk store.  flat steps each unit's
+// row and slice and loads its index alone; on an H200, one-unit rows of small
+// tables written as large outputs move 1.4x flat's bytes this way
+// (BENCHMARKS.md).  Loads as flat's: a rejected index reads row 0, wrap
+// mode's indices outside [-s, s) send the chunk to flat_far().  FlatArgs,
+// total = outer * n_indices, chunks = total / V, unit_div of 1.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_flatv(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = flat_units<U>();
+    constexpr int IB = V * (int)sizeof(Idx) < 16 ? V * (int)sizeof(Idx) : 16;
+    constexpr int PER = IB / (int)sizeof(Idx);
+    typedef typename FlatChunk<IB>::T L;
+    const Ix chunks = (Ix)a.chunks;
+    const Idx* idx = (const Idx*)a.indices;
+    if (may_skip<MODE>() && a.axis_len == 0) {
+        gather_lean<U, Idx, M, MODE>(a);  // as flat: no table byte to read
+        return;
+    }
+    const bool vec = ((u64)idx & (u64)(IB - 1)) == 0;
+    for (Ix c = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; c < chunks;
+         c += (Ix)gridDim.x * (Ix)blockDim.x) {
+        Ix o, n;
+        divmod<M>(a.n_div, c * (Ix)V, o, n);
+        i64 ii[V];
+        if (vec) {
+#pragma unroll
+            for (int q = 0; q < V / PER; ++q) {
+                const L w = __ldg((const L*)(idx + n) + q);
+                Idx p[PER];
+                memcpy(p, &w, sizeof(L));
+#pragma unroll
+                for (int k = 0; k < PER; ++k) ii[q * PER + k] = (i64)p[k];
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) ii[k] = load_index(idx + n + k);
+        }
+        const char* slice = a.data + (i64)o * a.s_outer;
+        U v[V];
+        bool far = false;  // wrap mode: an index outside [-s, s) in this chunk
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            i64 i = ii[k];
+            bool keep;
+            if (MODE == MODE_WRAP) {
+                if (i < 0) i += a.axis_len;
+                keep = (u64)i < (u64)a.axis_len;
+                far |= !keep;
+            } else {
+                keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)(n + (Ix)k));
+            }
+            i = keep ? i : 0;
+            U w = __ldg((const U*)(slice + i * a.s_axis));
+            if (may_skip<MODE>() && !keep) w = fill_at<U>(a.fill, (u64)(c * (Ix)V + (Ix)k));
+            v[k] = w;
+        }
+        if (MODE == MODE_WRAP && far) {
+            flat_far<U, Idx, M>(a, c);
+        } else {
+            typedef typename FlatChunk<V * sizeof(U)>::T Chunk;
+            Chunk w;
+            memcpy(&w, v, sizeof(Chunk));
+            store_stream((Chunk*)a.out + c, w);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // bcast: an axis of length 1 in wrap and clip mode, where every index resolves
 // to 0: the output is each outer slice's row repeated n_indices times, and no
 // index is read (the other kinds read n_indices * sizeof(Idx) bytes for it).

@@ -34,7 +34,9 @@ least :data:`MIN_SAMPLES`), median kept.  One JSON line per geometry goes to
 ``--only KIND`` times only the geometries that kernel kind applies to (a new
 kernel's geometries, timed again with every candidate); ``--fit`` then takes
 the old records and the new ones, and a later record of the same seed and
-geometry index replaces an earlier one.
+geometry index replaces an earlier one.  With ``--partial`` only KIND's
+candidate is timed (and nothing fitted): ``--fit`` adds those times to the
+earlier record of the same geometry.
 
 The fit holds out every fifth geometry first and reports, on those, the mean
 slowdown against the fastest candidate of the table's choice and of the
@@ -85,6 +87,9 @@ def add_arguments(p) -> None:
     p.add_argument("--min-leaf", type=int, default=12, help="fewest geometries per leaf")
     p.add_argument("--only", default=None, metavar="KIND",
                    help="time only the geometries kernel kind KIND applies to (Gather)")
+    p.add_argument("--partial", action="store_true",
+                   help="with --only: time only KIND's candidate there; --fit adds its times "
+                        "to the earlier record of the same seed and geometry"),
     p.add_argument("--op", default="gather", choices=("gather", "elements"),
                    help="the op whose kernels are timed: gather (Gather / take, the "
                         "default) or elements (GatherElements / take_along_axis)")
@@ -100,10 +105,11 @@ def _label(plan) -> Optional[str]:
     return kind if any(c[0] == kind for c in CANDIDATES) else None
 
 
-def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None
-               ) -> Optional[Dict[str, Any]]:
+def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
+               partial: bool = False) -> Optional[Dict[str, Any]]:
     """Check and time every applicable candidate of sweep shape ``s``; its record
-    (None when kind ``only`` is given and does not apply)."""
+    (None when kind ``only`` is given and does not apply).  ``partial``: time
+    kind ``only``'s candidates alone (a record marked ``"partial"``)."""
     from ..plan.core import Operand, alignment
     from ..plan.gather import plan_gather
     from ..plan.table import CANDIDATES, features
@@ -139,7 +145,11 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None
     rec["features"] = features(s.row_bytes, _unit(operand, s), s.outer, s.n_indices,
                                s.axis_len, 4 if s.index_dtype == "int32" else 8)
     ref_bytes = ref.view(numpy.uint8).reshape(-1)
+    if partial:
+        rec["partial"] = True
     for label, kind, ru in CANDIDATES:
+        if partial and kind != only:
+            continue
         try:
             plan = plan_gather(*args, limits=limits, kind=kind, row_unroll=ru)
         except ValueError:
@@ -147,7 +157,7 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None
         if plan.main is None or plan.copy_data:
             continue
         time_candidate(cp, rec, label, plan, data, ptr, idx, ref_bytes, device, "cupy.take")
-    if rec["rule"] not in rec["times"]:
+    if not partial and rec["rule"] not in rec["times"]:
         rec["errors"]["rule"] = f"the rules' choice {rec['rule']} was not timed"
         rec["times"] = {}
     return rec
@@ -261,7 +271,10 @@ def _slowdowns(table, records) -> Dict[str, Any]:
 
 def _read_records(paths) -> List[Dict[str, Any]]:
     """The records of ``paths`` in order; a record of the same seed and geometry
-    index as an earlier one (a run with ``--only``) takes that one's place."""
+    index as an earlier one (a run with ``--only``) takes that one's place, or,
+    marked ``"partial"`` (``--only KIND --partial``), adds its times and errors
+    to it.  A partial record with no earlier one is dropped: the fastest
+    candidate of a geometry is known only where every candidate was timed."""
     import gzip
 
     out: List[Dict[str, Any]] = []
@@ -274,6 +287,15 @@ def _read_records(paths) -> List[Dict[str, Any]]:
                     continue
                 rec = json.loads(line)
                 key = (rec.get("seed"), rec.get("index"))
+                if rec.pop("partial", False):
+                    if None not in key and key in where:
+                        base = out[where[key]]
+                        errors = {k: v for k, v in base.get("errors", {}).items()
+                                  if k not in rec["times"]}
+                        errors.update(rec.get("errors", {}))
+                        out[where[key]] = dict(base, times={**base.get("times", {}),
+                                                            **rec["times"]}, errors=errors)
+                    continue
                 if None not in key and key in where:
                     out[where[key]] = rec
                     continue
@@ -312,6 +334,9 @@ def run(args) -> int:
         print(f"--only must be one of {', '.join(GATHER_KINDS)} (with --op gather), got "
               f"{args.only!r}", file=sys.stderr)
         return 2
+    if args.partial and args.only is None:
+        print("--partial needs --only KIND", file=sys.stderr)
+        return 2
 
     cp = validate.cupy_module()
     device = cp.cuda.Device().id
@@ -337,7 +362,7 @@ def run(args) -> int:
                 break
             gseed = args.seed * 1_000_003 + args.start + i
             rec = (tune_elements_shape(cp, s, gseed, device) if args.op == "elements"
-                   else tune_shape(cp, s, gseed, device, args.only))
+                   else tune_shape(cp, s, gseed, device, args.only, args.partial))
             if rec is None:
                 continue
             rec.update(arch=arch, device=name, seed=args.seed, index=args.start + i)
@@ -349,6 +374,10 @@ def run(args) -> int:
                 best = min(rec["times"], key=rec["times"].get) if rec["times"] else "-"
                 print(f"[{i + 1}/{len(shapes)}] {time.perf_counter() - t0:6.1f} s  "
                       f"{s.label()}: best {best}, rules {rec.get('rule')}", flush=True)
+    if args.partial:
+        print(f"{len(records)} partial records in {rec_path}; fit them after the full records "
+              f"of the same seed: python -m cugather tune --fit FULL... {rec_path}")
+        return 0
     meta = {"arch": arch, "device": name, "fitted": time.strftime("%Y-%m-%d"),
             "command": " ".join(["python -m cugather tune"] + sys.argv[2:]),
             "seeds": [args.seed], "tune_seconds": round(time.perf_counter() - t0, 1)}

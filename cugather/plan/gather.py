@@ -22,7 +22,7 @@ from .keys import KernelKey
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
-                "span", "lean", "strided")
+                "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
@@ -147,7 +147,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
             limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align)
     else:
         unmet = _unmet(kind, row_bytes, unit, axis_len, s_axis, out_align, limits,
-                       rows * row_bytes)
+                       rows * row_bytes, n_idx)
         if unmet:
             raise ValueError(f"kernel kind {kind!r} needs {unmet}")
     if kind == "strided":
@@ -157,7 +157,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
                             mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
 
-    if kind in ("flat", "lean"):
+    if kind in ("flat", "flatv", "lean"):
         return _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                           math_name, max_grid or GRID_X_MAX, base, limits)
     if kind == "span":
@@ -224,7 +224,7 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
 
 
 def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
-           out_align: int, limits: DeviceLimits, out_bytes: int) -> str:
+           out_align: int, limits: DeviceLimits, out_bytes: int, n_idx: int) -> str:
     """What kernel ``kind`` needs that a contiguous-row geometry lacks ("" when it
     can run it): the one test for a forced kind and for a tuning table's choice."""
     if kind in ("scalar", "inner", "slab") and row_bytes != unit:
@@ -240,15 +240,18 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
-    if kind == "flat" and (unit >= 16 or out_align < 16):
+    if kind in ("flat", "flatv") and (unit >= 16 or out_align < 16):
         return (f"units narrower than 16 bytes and a 16-byte aligned output; units here "
                 f"are {unit} B, out aligned to {out_align} B")
+    if kind == "flatv" and (row_bytes != unit or n_idx % _flat_per(unit)):
+        return (f"rows of one unit and an index count that {_flat_per(unit)} divides; rows "
+                f"here are {row_bytes // unit} units, {n_idx} indices")
     if kind == "span" and (row_bytes < tuning.SPAN_MIN_ROW or out_align < 16):
         return (f"rows of at least {tuning.SPAN_MIN_ROW} bytes and a 16-byte aligned output; "
                 f"rows here are {row_bytes} B, out aligned to {out_align} B")
-    if kind == "lean" and out_bytes > tuning.LEAN_MAX_OUT:
-        return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes (a short call); this one "
-                f"is {out_bytes} B")
+    if kind == "lean" and out_bytes > tuning.LEAN_MAX_OUT and row_bytes != unit:
+        return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes (a short call) or rows of "
+                f"one unit; this one is {out_bytes} B of {row_bytes // unit}-unit rows")
     return ""
 
 
@@ -288,7 +291,7 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
     skipped = []
     for label, cand, ru in choice.ranked:
         if (_unmet(cand, row_bytes, unit, axis_len, s_axis, out_align, limits,
-                   n_outer * n_idx * row_bytes) or table.declines(label, feats)):
+                   n_outer * n_idx * row_bytes, n_idx) or table.declines(label, feats)):
             skipped.append(label)
             continue
         verb = "does" if len(skipped) == 1 else "do"
@@ -384,7 +387,7 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
     # kernels/gather.cuh flat_units); plan_gather checked _unmet: the output's
     # base is 16-byte aligned, so every full chunk is one aligned store.  lean:
     # one unit per thread (a chunk of one unit).
-    per = (8 if unit == 1 else 16 // unit) if kind == "flat" else 1
+    per = _flat_per(unit) if kind in ("flat", "flatv") else 1
     total = n_outer * n_idx * units
     chunks = cdiv(total, per)
     # the chunk's first unit, chunks * per, is the largest numerator split
@@ -414,7 +417,7 @@ def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out
                          f"mode {mode!r}, out aligned to {out_align} B")
     unit = min(unit, 8)
     units = row_bytes // unit
-    per = 8 if unit == 1 else 16 // unit
+    per = _flat_per(unit)
     total = n_outer * n_idx * units
     chunks = cdiv(total, per)
     mname = index_math(max(chunks * per, n_outer * n_idx, n_idx, n_outer), math_name)
@@ -431,6 +434,11 @@ def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out
     return GatherPlan(main=main, reason=f"the {row_bytes} B row of each of {n_outer} outer "
                                         f"slice(s) repeated {n_idx} times as {chunks} "
                                         f"{per * unit}-byte chunks; no index read", **base)
+
+
+def _flat_per(unit: int) -> int:
+    """Units per chunk of the flat kinds (kernels/gather.cuh flat_units)."""
+    return 8 if unit == 1 else 16 // unit
 
 
 def _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,

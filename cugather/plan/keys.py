@@ -117,6 +117,10 @@ _SPECS = {
     # (8-byte chunks of 1-byte units).
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),
                      min_blocks=_flat_blocks),
+    # flat for rows of one unit where the chunk's units divide the index count:
+    # the chunk's indices as vector loads (FlatArgs).
+    "flatv": KindSpec("gather.cuh", "gather_flatv", "FlatArgs", units=(1, 2, 4, 8),
+                      min_blocks=_flat_blocks),
     # Short calls: one unit per thread, nothing unrolled (FlatArgs).
     "lean": KindSpec("gather.cuh", "gather_lean", "FlatArgs"),
     # An axis of length 1 in wrap and clip mode: every index is 0, the table's

@@ -57,7 +57,8 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("rows/1", "rows", 1), ("rows/2", "rows", 2), ("rows/4", "rows", 4),
     ("chunks", "chunks", None), ("scalar", "scalar", None), ("inner", "inner", None),
     ("slab", "slab", None), ("window", "window", None), ("pack", "pack", None),
-    ("flat", "flat", None), ("span", "span", None), ("lean", "lean", None),
+    ("flat", "flat", None), ("flatv", "flatv", None), ("span", "span", None),
+    ("lean", "lean", None),
     ("strided", "strided", None),
 )
 #: Candidates timed (each geometry's fastest time counts them) but never named by

@@ -48,8 +48,8 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "flat", "lean",
-                                  "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "flat", "flatv",
+                                  "lean", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -59,7 +59,7 @@ def test_forced_variants(kind, math_name, mode):
     from cugather.validate import fill_bytes
 
     rng = np.random.default_rng(4)
-    cols = 1 if kind in ("scalar", "inner", "slab") else 6
+    cols = 1 if kind in ("scalar", "inner", "slab", "flatv") else 6
     data = (random_data(rng, (9, 50), "float32") if kind in ("inner", "slab")
             else random_data(rng, (50, cols), "float32"))
     axis = 1 if kind in ("inner", "slab") else 0
@@ -73,7 +73,7 @@ def test_forced_variants(kind, math_name, mode):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "window", "pack",
-                                  "flat", "lean", "span", "strided"])
+                                  "flat", "flatv", "lean", "span", "strided"])
 @pytest.mark.parametrize("mode", ["fill", "raise"])
 def test_empty_axis_reads_no_data(kind, mode):
     """An axis of size 0, each kind forced: fill mode fills every output unit, raise
@@ -97,6 +97,28 @@ def test_empty_axis_reads_no_data(kind, mode):
             continue
         got = run_plan(plan, cp.asarray(data), cp.asarray(idx), fill=fill)
         assert_same(got.get(), gather_ref(data, idx, axis, "fill", 3), f"{plan.key}")
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+@pytest.mark.parametrize("mode", MODES)
+def test_flatv_aligned_and_misaligned_indices(index_dtype, dtype, mode):
+    """flatv's vector index loads from an aligned index array, and its one-by-one
+    loads from the same indices one element past it (a GPU faults on a misaligned
+    vector load), with outer slices, on a grid that loops."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    rng = np.random.default_rng(zlib.crc32(f"{index_dtype}/{dtype}/{mode}".encode()))
+    data = random_data(rng, (7, 301), dtype)
+    wide = random_indices(rng, (40_001,), 301, index_dtype, out_of_range=mode != "raise")
+    base = cp.asarray(wide)
+    fill = fill_bytes(-3, data.dtype) if mode == "fill" else None
+    for idx in (base[:40_000], base[1:]):
+        plan = cugather.GatherOp(1, mode=mode, fill_value=-3).plan(data, idx, kind="flatv",
+                                                                    max_grid=64)
+        got = run_plan(plan, cp.asarray(data), idx, fill=fill)
+        assert_same(got.get(), gather_ref(data, idx.get(), 1, mode, -3), str(plan.key))
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int16", "float32", "complex64", "complex128"])

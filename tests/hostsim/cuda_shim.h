@@ -153,6 +153,13 @@ static bool in_ranges(const Range* r, int n, const void* p, size_t bytes)
 template <class T>
 static inline T checked_load(const T* p, const char* what)
 {
+    if ((uintptr_t)p % alignof(T)) {  // a GPU faults on a misaligned access
+        fail("%s reads %zu bytes at %p, misaligned (not a multiple of %zu)", what, sizeof(T), (const void*)p,
+             alignof(T));
+        T zero;
+        memset(&zero, 0, sizeof zero);
+        return zero;
+    }
     if (n_readable && !in_ranges(readable, n_readable, p, sizeof(T))) {
         fail("%s reads %zu bytes at %p, outside every input buffer", what, sizeof(T), (const void*)p);
         T zero;
@@ -165,6 +172,11 @@ static inline T checked_load(const T* p, const char* what)
 template <class T>
 static inline bool store_ok(T* p, const char* what)
 {
+    if ((uintptr_t)p % alignof(T)) {
+        fail("%s writes %zu bytes at %p, misaligned (not a multiple of %zu)", what, sizeof(T), (void*)p,
+             alignof(T));
+        return false;
+    }
     if (n_writable && !in_ranges(writable, n_writable, p, sizeof(T))) {
         fail("%s writes %zu bytes at %p, outside every output buffer", what, sizeof(T), (void*)p);
         return false;

@@ -178,6 +178,18 @@ def _flat(key: KernelKey) -> list:
     ]
 
 
+@register("flatv")
+def _flatv(key: KernelKey) -> list:
+    # Rows of one unit, index counts a multiple of every chunk width (8): one
+    # slice over several blocks, outer slices on a grid of one block (the loop
+    # strides across slices), a middle axis on a grid of two.
+    return [
+        Case((50,), axis=0, index_shape=(8, 400), **_common(key, "blocks")),
+        Case((6, 30), axis=1, index_shape=(5, 8), **_common(key, "outer", max_grid=1)),
+        Case((3, 40, 1), axis=1, index_shape=(48,), **_common(key, "middle", max_grid=2)),
+    ]
+
+
 @register("lean")
 def _lean(key: KernelKey) -> list:
     # One unit per thread: rows of several units over several blocks with a

@@ -14,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cugather
+
 from cugather.plan.gather import GATHER_KINDS
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.layout import ARGS_DTYPES, new_args
 from hostsim import build, keycases, runner
 from hostsim.cases import Case, random_cases
-from support.reference import assert_same, gather_ref, random_data
+from support.reference import assert_same, gather_ref, random_data, random_indices
 
 pytestmark = [
     pytest.mark.hostsim,
@@ -127,8 +129,6 @@ def test_shim_high_products_and_atomics(selftest):
     (5, "outside every output buffer"),
 ])
 def test_shim_reports_misbehaviour(selftest, mode, message):
-    if mode == 3 and not build.ubsan_enabled():
-        pytest.skip("misaligned loads are found by UBSan, which this compiler lacks")
     ins = np.arange(64, dtype=np.int32)
     outs = np.zeros(64, np.int32)
     out64 = np.zeros(4, np.uint64)
@@ -212,7 +212,7 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
     """Without out= the gather kernel itself names the first bad index it reads (one
     launch); with out= the check kernel runs first, nothing after it, and out= stays
     untouched."""
-    shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab") else
+    shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab", "flatv") else
                    ((60, 3), 0) if kind == "pack" else
                    ((60, 70), 0) if kind == "span" else ((60, 5), 0))
     case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,
@@ -363,6 +363,32 @@ def test_empty_axis_reads_no_data(kind, mode):
         assert_same(got, gather_ref(np.zeros(shape, dtype), idx, axis, "fill", 3),
                     f"{kind}, shape {shape}")
         assert [k.kind for k, *_ in runner.last_launches()] == [kind]
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+@pytest.mark.parametrize("mode", ["wrap", "clip", "fill", "raise"])
+def test_flatv_reads_misaligned_indices_one_by_one(index_dtype, dtype, mode):
+    """flatv loads a chunk's indices as vectors only from an index array aligned to
+    them: the same gather from an array one element past an aligned address (a
+    slice [1:]) takes the one-by-one loads and gives the same output."""
+    from cugather.runtime.launch import run_plan
+    from cugather.validate import fill_bytes
+
+    rng = np.random.default_rng(zlib.crc32(f"{index_dtype}/{dtype}/{mode}".encode()))
+    data = runner.device_copy(random_data(rng, (3, 70), dtype))
+    n = 70
+    wide = random_indices(rng, (321,), n, index_dtype, out_of_range=mode != "raise")
+    wide[5] = 3 * n + 1 if mode != "raise" else 1  # wrap's far path in a chunk of its own
+    base = runner.device_copy(wide)
+    fill = fill_bytes(7, data.dtype) if mode == "fill" else None
+    for idx in (base[:320], base[1:]):  # aligned, then one element past it
+        op = cugather.GatherOp(1, mode=mode, fill_value=7)
+        plan = op.plan(data, idx, kind="flatv")
+        got = runner.run_on_host(lambda: run_plan(plan, data, idx, fill=fill,
+                                                  backend=runner.HOST), [data, idx])
+        want = gather_ref(np.asarray(data), np.asarray(idx), 1, mode, 7)
+        assert_same(got, want, f"indices at +{idx.ctypes.data - base.ctypes.data} B")
 
 
 def test_empty_and_scalar_indices():

@@ -61,7 +61,7 @@ KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
-                "span", "lean", "strided", "bcast")
+                "flatv", "span", "lean", "strided", "bcast")
 SHARED_KINDS = ("inner", "slab", "elements_row")  # kinds that stage data in shared memory
 
 
@@ -98,6 +98,8 @@ CANDIDATES = {
     "pack": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((6, 30), 1, (50,))],
+    "flatv": [Geometry((2, 50), 1, (1600,)), Geometry((6, 30), 1, (5, 8), max_grid=1),
+              Geometry((40,), 0, (8, 3))],
     "span": [Geometry((50, 301), 0, (33,)), Geometry((3, 7, 301), 1, (5,), max_grid=1),
              Geometry((4, 16417), 0, (3,))],
     "lean": [Geometry((50, 7), 0, (130,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
