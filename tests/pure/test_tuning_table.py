@@ -370,10 +370,10 @@ def test_the_shipped_table_leaves_rows_its_leaf_never_saw_to_the_rules():
     p = plan_gather(Operand.contiguous((6, 6854604, 75), 1), (65616,), "int32", 1, "wrap",
                     limits=SM90)
     assert p.kind == "window"
-    # 496-byte rows of 16-byte units, longer than the rows of every geometry of their leaf
-    p = plan_gather(Operand.contiguous((1328881, 1, 31, 1), 16), (50636,), "int32", 0, "wrap",
+    # 32-byte rows of 1-byte units, longer than the rows of every geometry of their leaf
+    p = plan_gather(Operand.contiguous((1, 20543, 2948, 32), 1), (1596,), "int32", 2, "wrap",
                     limits=SM90)
-    assert "outside the 4 to 8.75489 of the geometries its leaf" in p.chosen_by
+    assert "log2_row_bytes 5 outside the 4 to 4 of the geometries its leaf" in p.chosen_by
     assert p.kind == "rows"
 
 
