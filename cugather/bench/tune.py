@@ -21,7 +21,9 @@ The shipped H200 table (``cugather/plan/tables/sm_90.json``) is the ``--fit`` of
 with ``--only pack``, the geometries of the pack kernel timed again), then
 ``...-seed1000-flat.jsonl.gz`` and ``...-seed1001-flat.jsonl.gz`` (``--only flat``),
 then the ``-lean`` and ``-span`` records of both seeds (``--only lean``, ``--only span``),
-in that order.
+then ``-flat2`` (``--only flat`` again), then the partial records ``-flatv`` and
+``-lean2`` (``--only flatv --partial``, ``--only lean --partial``), in that order,
+at :data:`PENALTY`.
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
