@@ -97,7 +97,7 @@ def add_arguments(p) -> None:
                    help="time only the geometries kernel kind KIND applies to (Gather)")
     p.add_argument("--partial", action="store_true",
                    help="with --only: time only KIND's candidate there; --fit adds its times "
-                        "to the earlier record of the same seed and geometry"),
+                        "to the earlier record of the same seed and geometry")
     p.add_argument("--op", default="gather", choices=("gather", "elements"),
                    help="the op whose kernels are timed: gather (Gather / take, the "
                         "default) or elements (GatherElements / take_along_axis)")

@@ -76,7 +76,9 @@ SPAN_V = 4
 SPAN_MIN_ROW = 256
 SPAN_BLOCKS = 3
 # lean (one unit per thread, nothing unrolled): outputs of at most this many bytes
-# (short calls, whose time is the launch and two dependent loads).
+# (short calls, whose time is the launch and two dependent loads), and rows of
+# one unit of any size (random rows from DRAM, where one load per thread keeps
+# the most rows in flight).
 LEAN_MAX_OUT = 1 << 20
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
