@@ -259,6 +259,15 @@ def _rule(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: 
           axis_len: int, s_axis: int, out_align: int) -> Tuple[str, str]:
     """The hand-written rules: (kind, which rule)."""
     units = row_bytes // unit
+    if n_outer * n_idx * row_bytes <= tuning.LEAN_MAX_OUT:
+        # A short call costs its launch and two dependent loads: one unit per
+        # thread, or chunks for rows of many narrow units (H200 records, outputs
+        # up to 1 MiB: lean 1.01x the fastest candidate, chunks 1.01x on rows of
+        # more than 16 units under 16 B; the rules below 1.03x to 1.44x).
+        if units > tuning.SHORT_CHUNKS_UNITS and unit < 16:
+            return "chunks", (f"rule: a short call (at most {tuning.LEAN_MAX_OUT} B out) of rows "
+                              f"of more than {tuning.SHORT_CHUNKS_UNITS} units under 16 B")
+        return "lean", f"rule: a short call (at most {tuning.LEAN_MAX_OUT} B out)"
     if (unit <= 2 and row_bytes % 16 and 16 < row_bytes <= tuning.WINDOW_MAX_ROW
             and out_align >= 16):
         return "window", (f"rule: rows of 17 to {tuning.WINDOW_MAX_ROW} B, not a multiple of "

@@ -80,6 +80,9 @@ SPAN_BLOCKS = 3
 # one unit of any size (random rows from DRAM, where one load per thread keeps
 # the most rows in flight).
 LEAN_MAX_OUT = 1 << 20
+# The rules' short calls (outputs of at most LEAN_MAX_OUT bytes): rows of more
+# than this many units under 16 B take chunks, the others lean.
+SHORT_CHUNKS_UNITS = 16
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
 # elements_row (a data row staged in shared memory per output row): picks per

@@ -105,8 +105,8 @@ def run_extreme_index_case(kind: str) -> None:
 
     op, data, idx, axis = _fill_mode_extreme_index_case(kind)
     if op == "gather":
-        assert cugather.GatherOp(axis, mode="fill").plan(data, idx).kind == kind
-        got = runner.host_gather(data, idx, axis, "fill", -1.0)
+        assert cugather.GatherOp(axis, mode="fill").plan(data, idx, kind=kind).kind == kind
+        got = runner.host_gather(data, idx, axis, "fill", -1.0, kind=kind)
         want = fuzzcases.gather_ref(data, idx, axis, "fill", -1.0)
     elif op == "elements":
         got, _ = runner.host_elements(data, idx, axis, "fill", -1.0)

@@ -180,16 +180,21 @@ def test_kernel_key(key):
 @pytest.mark.parametrize("row_bytes", list(range(1, 34)) + [48, 50, 100])
 @pytest.mark.parametrize("mode", ["raise", "fill"])
 def test_row_tails(row_bytes, mode):
-    """Rows of every byte length: the widest unit dividing the row moves it, except
-    that rows over 16 bytes only 1- or 2-byte units divide go as 16-byte chunks."""
-    case = Case((37, row_bytes), "uint8", 0, (300,), "int32", mode, fill_value=7,
-                out_of_range=mode != "raise", seed=row_bytes)
-    case.check()
-    key = next(k for k, *_ in runner.last_launches() if k.kind != "check")
-    if row_bytes > 16 and row_bytes % 4:
-        assert key.kind == "window", key
-    else:
-        assert key.unit == min(16, row_bytes & -row_bytes), key
+    """Rows of every byte length: the widest unit dividing the row moves it (a
+    short call: one unit per thread, or chunks for rows of more than 16 units);
+    through the rows kernel as well, or, for rows over 16 bytes that only 1- or
+    2-byte units divide, the window kernel's 16-byte chunks."""
+    force = (("kind", "window"),) if row_bytes > 16 and row_bytes % 4 else (("kind", "rows"),)
+    for forced in ((), force):
+        case = Case((37, row_bytes), "uint8", 0, (300,), "int32", mode, fill_value=7,
+                    out_of_range=mode != "raise", seed=row_bytes, force=forced)
+        case.check()
+        key = next(k for k, *_ in runner.last_launches() if k.kind != "check")
+        unit = min(16, row_bytes & -row_bytes)
+        if not forced:
+            units = row_bytes // unit
+            assert key.kind == ("chunks" if units > 16 and unit < 16 else "lean"), key
+        assert key.unit == (16 if key.kind == "window" else unit), key
 
 
 @pytest.mark.parametrize("layout", ["reversed", "transposed", "strided", "offset", "sliced"])
@@ -255,7 +260,8 @@ def test_unaligned_elements(mode):
     idx = np.array([6, -7, 3, 0, 12, -20])[: 4 if mode == "raise" else 6]
     want = np.take(data, np.where((idx >= -7) & (idx < 7), idx % 7, 0), axis=0)
     want[(idx < -7) | (idx >= 7)] = 2.5
-    for force, kind, unit in (({}, "rows", 4), ({"kind": "window"}, "window", 16)):
+    for force, kind, unit in (({}, "lean", 4), ({"kind": "rows"}, "rows", 4),
+                              ({"kind": "window"}, "window", 16)):
         got = runner.host_gather(data, idx, 0, mode=mode, fill_value=2.5, **force)
         assert_same(got, want, f"mode={mode} indices={idx.tolist()} {force}")
         ran = [(k.kind, k.unit) for k, *_ in runner.last_launches() if k.kind != "check"]
@@ -463,10 +469,10 @@ def test_host_tier_launches_through_the_library(monkeypatch):
     data = runner.device_copy(np.arange(12, dtype=np.float32).reshape(4, 3))
     with pytest.raises(IndexError, match="index 7 is out of bounds for axis 0 with size 4"):
         runner.host_gather(data, np.array([1, 7]), 0, "raise")
-    assert [k.kind for k, *_ in runner.last_launches()] == ["rows"]  # the gather checked
+    assert [k.kind for k, *_ in runner.last_launches()] == ["lean"]  # the gather checked
     monkeypatch.setattr(launch_module.Flags, "read_and_give",
                         lambda self, addr: (self.give_back(addr), launch_module.NO_BAD)[1])
     runner.host_gather(data, np.array([1, 7]), 0, "raise")
     got = runner.host_gather(data, np.array([1, 2]), 0, "raise")
     assert_same(got, data[[1, 2]], "in-range rows")
-    assert [k.kind for k, *_ in runner.last_launches()] == ["rows"]  # the gather alone
+    assert [k.kind for k, *_ in runner.last_launches()] == ["lean"]  # the gather alone

@@ -28,13 +28,21 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
     ((1000000, 16), "u1", 0, 1000000, "scalar", 16),  # one 16 B unit per row
     ((64000000,), "f4", 0, 32000000, "scalar", 4),
     ((8192, 8192), "f4", 1, 4096, "inner", 4),
-    ((8192, 8192), "f4", 1, 10, "scalar", 4),   # few picks: staging a row would not pay
+    ((65536, 8192), "f4", 1, 10, "scalar", 4),  # few picks: staging a row would not pay
     ((64, 1024, 256), "f2", 1, 512, "rows", 16),
     ((100000, 64), "c16", 0, 200000, "rows", 16),
     ((1000, 4, 2), "f4", 1, 3000, "scalar", 8),  # 32 B axis rows: staging does not pay
     ((1000, 64, 2), "f4", 1, 3000, "inner", 8),  # tiny inner block, 512 B axis rows
-    ((8192,), "f4", 0, 4096, "scalar", 4),       # one row: direct picks hit L1
-    ((32, 512, 128), "f2", 2, 64, "scalar", 2),  # 64 picks do not fill a staging block
+    ((8192,), "f4", 0, 400000, "scalar", 4),     # one row: direct picks hit L1
+    ((4096, 512, 128), "f2", 2, 64, "scalar", 2),  # 64 picks do not fill a staging block
+    # short calls (at most 1 MiB out): one unit per thread, chunks for rows of
+    # more than 16 narrow units
+    ((8192, 8192), "f4", 1, 10, "lean", 4),
+    ((8192,), "f4", 0, 4096, "lean", 4),
+    ((1000, 64), "f2", 0, 4096, "lean", 16),
+    ((33, 975), "u1", 0, 13, "chunks", 1),
+    ((1000, 99), "f4", 0, 300, "chunks", 4),
+    ((1000, 100), "c16", 0, 300, "lean", 16),
 ])
 def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
     p = plan_of((shape, dtype), (n_idx,), axis)
@@ -46,7 +54,7 @@ def test_row_kernels_cover_rows_and_units():
     from cugather.plan.gather import _row_split, _rows_cu as cu_rows
 
     for cols in (2, 3, 17, 64, 255, 256, 257, 300, 512, 513, 1024, 1025, 4096, 100000):
-        p = plan_of(((40, cols), "f4"), (7,))
+        p = plan_of(((40, cols), "f4"), (max(7, 2**20 // (4 * cols) + 1),))  # not short
         f = p.fields
         if p.key.kind == "window":
             assert cols * 4 % 16 and f["row_bytes"] == cols * 4
@@ -105,7 +113,7 @@ def test_a_short_call_spreads_over_the_sms_and_a_long_one_keeps_full_blocks(
 def test_rows_per_thread_shrinks_on_small_problems():
     big = plan_of(((1000000, 64), "f2"), (2000000,))
     small = plan_of(((64, 1024, 256), "f2"), (512,), axis=1)
-    tiny = plan_of(((1000, 64), "f4"), (10,))
+    tiny = plan_of(((1000, 64), "f4"), (10,), kind="rows")
     assert big.fields["row_unroll"] == 4
     assert small.fields["row_unroll"] in (1, 2) and tiny.fields["row_unroll"] == 1
     for p in (big, small, tiny):  # every row is covered by the grid
@@ -151,7 +159,7 @@ def test_describe_names_kernel_and_divisors():
     assert f"kernel      {plan.key.entry}" in text and plan.key.entry.endswith("_u16_i32_fast32_clip")
     assert "fast_divmod n_div: d=4096" in text and "grid" in text and "block" in text
     assert "chosen by   sm_90 tuning table, leaf" in text  # op.plan is an H200's plan
-    rules = plan_of(((1000, 64), "f2"), (4096,), index_dtype="int32", mode="clip").describe()
+    rules = plan_of(((1000, 64), "f2"), (16384,), index_dtype="int32", mode="clip").describe()
     assert "cugather_rows_u16_i32_fast32_clip" in rules and "chosen by   rule: rows of" in rules
 
 
@@ -239,6 +247,12 @@ def _emulate(plan, data, idx):
             if len(chunk) < 16 and row + 1 < f["rows"]:
                 chunk += _read(base, row_start(row + 1), 16 - len(chunk))
             out.append(chunk[:f["out_bytes"] - 16 * c])
+    elif plan.key.kind in ("lean", "flat", "flatv"):
+        for t in range(f["total"]):  # output unit t of row t // units
+            row = fast_div(t, f["unit_div"])
+            o = fast_div(row, f["n_div"])
+            src = o * f["s_outer"] + norm[row - o * f["n_div"].d] * f["s_axis"]
+            out.append(_read(base, src + (t - row * f["unit_div"].d) * unit, unit))
     else:
         for row in range(f["rows"]):
             o = fast_div(row, f["n_div"])

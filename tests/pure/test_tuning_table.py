@@ -352,13 +352,15 @@ def test_a_leaf_speaks_only_for_the_row_sizes_and_units_it_was_fitted_on(monkeyp
     p = _plan((1000, 10), "uint8", 0, 5000)           # 10-byte rows of 2-byte units: inside
     assert (p.kind, p.main.fields["row_unroll"]) == ("rows", 2)
     assert p.chosen_by.startswith("sm_90 tuning table, leaf 4 (rows/2)")
-    p = _plan((1000, 75), "uint8", 0, 5000)           # 75-byte rows: beyond the leaf's rows
+    p = _plan((1000, 75), "uint8", 0, 50000)          # 75-byte rows: beyond the leaf's rows
     assert p.kind == "window"
     assert p.chosen_by.endswith("(the sm_90 tuning table leaves this geometry to them: "
                                 "log2_row_bytes 6.22882 outside the 1.5 to 4.2 of the geometries "
                                 "its leaf 4 was fitted on)")
-    p = _plan((1000, 3), "float32", 0, 5000)          # 12-byte rows of 4-byte units
+    p = _plan((1000, 3), "float32", 0, 100000)        # 12-byte rows of 4-byte units
     assert p.kind == "rows" and "unit 4 outside the 1 to 2" in p.chosen_by
+    p = _plan((1000, 75), "uint8", 0, 5000)           # a short call beyond the leaf's rows
+    assert p.kind == "chunks" and p.chosen_by.startswith("rule: a short call")
 
 
 def test_the_shipped_table_leaves_rows_its_leaf_never_saw_to_the_rules():
@@ -382,12 +384,12 @@ def test_the_rules_decide_where_the_table_cannot(monkeypatch, tmp_path):
     ranges["log2_picks"] = [0.0, 10.0]
     monkeypatch.setenv("CUGATHER_TUNING", str(_write(
         tmp_path / "t.json", {"choice": "inner", "leaf": 0}, ranges=ranges)))
-    p = _plan((1000, 16), "float32", 0, 500)          # inner needs one-unit rows
-    assert p.kind == "rows"
+    p = _plan((1000, 16), "float32", 0, 1000)         # inner needs one-unit rows
+    assert p.kind == "lean"                           # a short call: 64000 B out
     assert "names inner, which does not apply" in p.chosen_by
-    p = _plan((1000, 16), "float32", 0, 5000)         # picks beyond the fitted range
+    p = _plan((1000, 16), "float32", 0, 50000)        # picks beyond the fitted range
     assert p.kind == "rows" and "leaves this geometry to them" in p.chosen_by
-    p = _plan((1000, 16), "float32", 0, 500, limits=DeviceLimits())   # no arch: rules only
+    p = _plan((1000, 16), "float32", 0, 50000, limits=DeviceLimits())  # no arch: rules only
     assert p.kind == "rows" and p.chosen_by == "rule: rows of several units"
 
 
@@ -523,8 +525,11 @@ def test_a_partial_record_adds_its_times_to_the_earlier_one(tmp_path):
 def test_cugather_tuning_none_leaves_every_plan_to_the_rules(monkeypatch):
     monkeypatch.setenv("CUGATHER_TUNING", "none")
     assert tt.table_for("sm_90") is None
-    p = _plan((1000, 16), "float32", 0, 500)
+    p = _plan((1000, 16), "float32", 0, 50000)
     assert p.chosen_by == "rule: rows of several units (no tuning table for sm_90)"
+    p = _plan((1000, 16), "float32", 0, 500)
+    assert p.chosen_by == ("rule: a short call (at most 1048576 B out) (no tuning table for "
+                           "sm_90)") and p.kind == "lean"
 
 
 def test_the_tuner_records_the_features_the_planner_computes(monkeypatch):
