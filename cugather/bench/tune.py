@@ -23,7 +23,8 @@ with ``--only pack``, the geometries of the pack kernel timed again), then
 then the ``-lean`` and ``-span`` records of both seeds (``--only lean``, ``--only span``),
 then ``-flat2`` (``--only flat`` again), then the partial records ``-flatv`` and
 ``-lean2`` (``--only flatv --partial``, ``--only lean --partial``), in that order,
-at :data:`PENALTY`.
+at :data:`PENALTY`.  ``...-seed1002.jsonl.gz`` (``--seed 1002``) is not fitted: the
+shipped table is scored on it.
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
