@@ -23,8 +23,10 @@ with ``--only pack``, the geometries of the pack kernel timed again), then
 then the ``-lean`` and ``-span`` records of both seeds (``--only lean``, ``--only span``),
 then ``-flat2`` (``--only flat`` again), then the partial records ``-flatv`` and
 ``-lean2`` (``--only flatv --partial``, ``--only lean --partial``), in that order,
-at :data:`PENALTY`.  ``...-seed1002.jsonl.gz`` (``--seed 1002``) is not fitted: the
-shipped table is scored on it.
+then ``...-seed1002.jsonl.gz`` (a third run, ``--seed 1002``), at :data:`PENALTY`
+with ``--min-leaf 6`` (fitted on two seeds and scored on the third, 1.0149x,
+1.0167x and 1.0139x the fastest candidate, against 1.0145x, 1.0175x and
+1.0162x with leaves of at least 12 geometries).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
@@ -330,7 +332,8 @@ def run(args) -> int:
         arch = next((r.get("arch") for r in records if r.get("arch")), "sm_90")
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),
-                "command": "python -m cugather tune --fit " + " ".join(args.fit),
+                "command": ("python -m cugather tune --fit " + " ".join(args.fit)
+                            + (f" --min-leaf {args.min_leaf}" if args.min_leaf != 12 else "")),
                 "fitted": time.strftime("%Y-%m-%d"),
                 "seeds": sorted({r["seed"] for r in records if "seed" in r})}
         return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,

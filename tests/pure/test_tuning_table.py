@@ -484,6 +484,13 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
     monkeypatch.setenv("CUGATHER_TUNING", str(out))
     p = _plan((200, 60000, 40), "int8", 1, 1 << 18)    # 40-byte rows: the synthetic window
     assert p.kind == "window" and "tuning table" in p.chosen_by
+    assert table.meta["command"] == f"python -m cugather tune --fit {path}"
+    small = tmp_path / "small.json"  # smaller leaves: more of them, and the command says so
+    assert main(["tune", "--fit", str(path), "--min-leaf", "4", "--out", str(small)]) == 0
+    finer = tt.load_table(small)
+    assert finer.meta["command"] == f"python -m cugather tune --fit {path} --min-leaf 4"
+    assert len(finer.leaves()) >= len(table.leaves())
+    assert min(leaf["n"] for leaf in finer.leaves()) >= 4
 
 
 def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):
