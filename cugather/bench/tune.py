@@ -67,6 +67,8 @@ __all__ = ["add_arguments", "run", "tune_shape", "fit_records", "TARGET_MS", "MI
 TARGET_MS = 6.0
 MIN_SAMPLES, MAX_SAMPLES, WARMUP = 3, 15, 2
 HOLDOUT_EVERY = 5
+#: ``--min-leaf``'s default: the fewest geometries per leaf of a fit.
+MIN_LEAF = 12
 #: The fit's extra cost per log2 of slowdown beyond 2**0.25 (see plan.table.fit):
 #: across two seeds 3 halved the worst held-out slowdown at no cost in the mean.
 #: 8 costs as little (H200 records: fitted on one seed, scored on the other,
@@ -95,7 +97,7 @@ def add_arguments(p) -> None:
     p.add_argument("--fit", nargs="+", default=None, metavar="RECORDS",
                    help="fit from these record files only (JSON lines, or .gz of them; no GPU "
                         "needed)")
-    p.add_argument("--min-leaf", type=int, default=12, help="fewest geometries per leaf")
+    p.add_argument("--min-leaf", type=int, default=MIN_LEAF, help="fewest geometries per leaf")
     p.add_argument("--only", default=None, metavar="KIND",
                    help="time only the geometries kernel kind KIND applies to (Gather)")
     p.add_argument("--partial", action="store_true",
@@ -241,7 +243,7 @@ def _refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
                 rule=rule if rule in rec["times"] else rec["rule"])
 
 
-def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = 12,
+def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = MIN_LEAF,
                 penalty: float = PENALTY, op: str = "gather"):
     """(table fitted on every record, held-out report) of ``op``'s records."""
     from ..plan.table import fit, spec_of
@@ -333,7 +335,8 @@ def run(args) -> int:
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),
                 "command": ("python -m cugather tune --fit " + " ".join(args.fit)
-                            + (f" --min-leaf {args.min_leaf}" if args.min_leaf != 12 else "")),
+                            + (f" --min-leaf {args.min_leaf}"
+                               if args.min_leaf != MIN_LEAF else "")),
                 "fitted": time.strftime("%Y-%m-%d"),
                 "seeds": sorted({r["seed"] for r in records if "seed" in r})}
         return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,
