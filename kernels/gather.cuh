@@ -267,6 +267,10 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 // warp for each row), where the inner kernel reloads every index once per
 // outer row.  blockIdx.x and blockIdx.y loop when the grid is smaller.
 // ---------------------------------------------------------------------------
+#if !defined(CG_SLAB_ILP)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_slab(const GatherArgs& a)
 {
@@ -293,17 +297,31 @@ __device__ __forceinline__ void gather_slab(const GatherArgs& a)
         }
         __syncthreads();
         U* out = (U*)a.out + (u64)o0 * (u64)n_idx;
-        for (Ix n = (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x; n < n_idx;
-             n += (Ix)gridDim.x * (Ix)blockDim.x) {
-            i64 i = load_index(idx + n);
-            const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
-            const U* src = staged + (keep ? (Ix)i : (Ix)0);
-            U* dst = out + n;
+        const u64 step = (u64)gridDim.x * blockDim.x;
+        for (u64 n0 = (u64)blockIdx.x * blockDim.x + threadIdx.x; n0 < (u64)n_idx;
+             n0 += step * CG_SLAB_ILP) {
+            // CG_SLAB_ILP index loads in flight before the first is used (one at a
+            // time: 61% of copy on 3 outer rows of 1-byte picks; 4: 91%)
+            i64 ii[CG_SLAB_ILP];
+#pragma unroll
+            for (int k = 0; k < CG_SLAB_ILP; ++k) {
+                const u64 n = n0 + k * step;
+                ii[k] = n < (u64)n_idx ? load_index(idx + n) : 0;
+            }
+#pragma unroll
+            for (int k = 0; k < CG_SLAB_ILP; ++k) {
+                const u64 n = n0 + k * step;
+                if (n >= (u64)n_idx) break;
+                i64 i = ii[k];
+                const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, n);
+                const U* src = staged + (keep ? (Ix)i : (Ix)0);
+                U* dst = out + n;
 #pragma unroll 4
-            for (Ix r = 0; r < rows; ++r) {
-                store_stream(dst, keep ? *src : fillv);
-                src += axis_len;
-                dst += n_idx;
+                for (Ix r = 0; r < rows; ++r) {
+                    store_stream(dst, keep ? *src : fillv);
+                    src += axis_len;
+                    dst += n_idx;
+                }
             }
         }
         __syncthreads();
@@ -878,121 +896,118 @@ __device__ __forceinline__ void gather_lean(const FlatArgs& a)
 
 // ---------------------------------------------------------------------------
 // span: long rows of any length at any alignment, written to the contiguous
-// output as aligned 16-byte stores, the row's index read once per thread.
-// Block row threadIdx.y takes row R (rows tile blockIdx.x); blockIdx.y takes
-// a segment of seg_chunks = blockDim.x * CG_SPAN_V of the row's output
-// chunks: warp w of the block row the w-th run of 32 * CG_SPAN_V of them,
-// CG_SPAN_V per lane 32 apart, all loaded before any store.
-// Chunk k is the aligned output block at a0 + 16k (a0: the row's first
-// 16-byte aligned output byte); its bytes start at src + (a0 - row start) +
-// 16k, d bytes past an aligned block for every k of the row.  Each lane loads
-// the aligned block under its chunk; the block after it is the next lane's
-// (a warp shuffle), lane 31's the block of lane 0's next chunk, or after the
-// run one more load, and the two are funnel-shifted into place, so every
-// source block is read once.  The bytes before a0 and after the last whole
-// chunk, at most 15 each, are read with the blocks and written one by one in
-// segment 0.  Rows whose blocks reach outside [lo, hi) (the first and last
-// rows of a table that does not start or end on a 16-byte boundary) take a
-// plain loop of bounded window loads instead.
+// output as aligned 16-byte stores, every source block read once, through
+// shared memory.  Block row threadIdx.y takes row R (rows tile blockIdx.x);
+// blockIdx.y a segment of seg_chunks = blockDim.x * CG_SPAN_V of the row's
+// output chunks.  Chunk k is the aligned output block at a0 + 16k (a0: the
+// row's first 16-byte aligned output byte); its bytes start at sp + 16k (sp =
+// src + (a0 - row start)), d bytes past the aligned block sb + 16k, the same d
+// for every k of the row.  A segment's aligned source blocks (one more than
+// its chunks when d > 0) go to shared memory by cp.async, which holds no
+// register while in flight (sm_80 on; a plain load and store before); after
+// a barrier each thread shifts its chunks out of two neighbouring blocks and
+// stores them.  Blocks that reach outside [lo, hi) (a table that does not
+// start or end on a 16-byte boundary) are read bounded, word by word.  The
+// bytes before a0 and after the last whole chunk, at most 15 each, are read
+// and written one by one in segment 0.  On odd rows of 4-62 KB from DRAM
+// this runs at 0.84-0.92 of copy, where window, chunks and flat reach
+// 0.73-0.89; the version before (blocks in registers, neighbours by warp
+// shuffles: 64 registers, 3 blocks per SM) 0.48-0.72, and one that loops over
+// a wave of blocks with two buffers, the next item's loads in flight, 0.74-0.89.
 // ---------------------------------------------------------------------------
 #if !defined(CG_SPAN_V)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
-__device__ __forceinline__ uint4 shfl_block(const uint4& v, int lane)
+// 16 bytes from global to shared memory, asynchronously where the
+// architecture has cp.async (both addresses 16-byte aligned).
+__device__ __forceinline__ void copy_async16(uint4* smem, const uint4* src)
 {
-    uint4 r;
-    r.x = __shfl_sync(0xFFFFFFFFu, v.x, lane);
-    r.y = __shfl_sync(0xFFFFFFFFu, v.y, lane);
-    r.z = __shfl_sync(0xFFFFFFFFu, v.z, lane);
-    r.w = __shfl_sync(0xFFFFFFFFu, v.w, lane);
-    return r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (u32)__cvta_generic_to_shared(smem)),
+                 "l"(src)
+                 : "memory");
+#else
+    *smem = __ldg(src);
+#endif
 }
 
-__device__ __forceinline__ uint4 shfl_down_block(const uint4& v)
+// Every copy_async16 of this thread has landed.
+__device__ __forceinline__ void copy_async_wait()
 {
-    uint4 r;
-    r.x = __shfl_down_sync(0xFFFFFFFFu, v.x, 1);
-    r.y = __shfl_down_sync(0xFFFFFFFFu, v.y, 1);
-    r.z = __shfl_down_sync(0xFFFFFFFFu, v.z, 1);
-    r.w = __shfl_down_sync(0xFFFFFFFFu, v.w, 1);
-    return r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
 }
 
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_span(const SpanArgs& a)
 {
     typedef typename M::Ix Ix;
-    constexpr int V = CG_SPAN_V;
+    CG_DYNAMIC_SMEM(uint4, stage_all);  // blockDim.y rows of seg_chunks + 1 blocks
     const Ix rows = (Ix)a.rows;
     const u64 rb = a.row_bytes, seg = a.seg_chunks;
     const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
     const uint4 fillv = fill_unit<uint4>(a.fill);
     const Idx* idx = (const Idx*)a.indices;
-    const u32 lane = threadIdx.x & 31u;
-    const u64 run = (u64)(threadIdx.x >> 5) * (32 * V);  // this warp's run in a segment
+    const u32 x = threadIdx.x, tx = blockDim.x;
+    uint4* const stage = stage_all + (u64)threadIdx.y * (seg + 1);
+    // Every row of the block has rb / 16 whole chunks or one fewer: the segment
+    // loop runs the same count for every thread (its barriers need that).
+    const u64 most = rb / 16;
 
-    // blockDim.x is a multiple of 32: the lanes of a warp share a row, so every
-    // branch on the row below is uniform over the warp (the shuffles need that).
-    for (Ix r = (Ix)blockIdx.x * (Ix)blockDim.y + (Ix)threadIdx.y; r < rows;
-         r += (Ix)gridDim.x * (Ix)blockDim.y) {
-        Ix o, n;
-        divmod<M>(a.n_div, r, o, n);
-        i64 i = load_index(idx + n);
-        const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
-        // Only resolved indices are scaled: a discarded one may be near 2^63.
-        const u64 src = keep ? (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis) : 0;
+    for (Ix r0 = (Ix)blockIdx.x * (Ix)blockDim.y; r0 < rows;
+         r0 += (Ix)gridDim.x * (Ix)blockDim.y) {
+        const Ix r = r0 + (Ix)threadIdx.y;
+        const bool live = r < rows;
+        bool keep = false;
+        u64 src = 0;
+        if (live) {
+            Ix o, n;
+            divmod<M>(a.n_div, r, o, n);
+            i64 i = load_index(idx + n);
+            keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+            // Only resolved indices are scaled: a discarded one may be near 2^63.
+            if (keep) src = (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis);
+        }
         const u64 ob = (u64)a.out + (u64)r * rb, end = ob + rb;
         const u64 a0 = (ob + 15u) & ~(u64)15;
-        const u64 nc = end >= a0 + 16 ? (end - a0) >> 4 : 0;  // whole aligned chunks
+        const u64 nc = live && end >= a0 + 16 ? (end - a0) >> 4 : 0;  // whole aligned chunks
         const u64 sp = src + (a0 - ob);
         const u32 d = (u32)sp & 15u;
         const u64 sb = sp - d;  // the aligned block under chunk 0
         // Head and tail bytes: at most 30 (a row of fewer than 32 bytes has no whole
         // chunk and at most 31), one per thread of segment 0 (blockDim.x >= 32).
         const u64 head = (nc ? a0 : end) - ob, tail = nc ? a0 + 16 * nc : end;
-        const bool has_byte = blockIdx.y == 0 && threadIdx.x < head + (end - tail);
-        const u64 bq = threadIdx.x < head ? ob + threadIdx.x : tail + (threadIdx.x - head);
-        unsigned char byte = 0;
+        const bool has_byte = live && blockIdx.y == 0 && x < head + (end - tail);
+        const u64 bq = x < head ? ob + x : tail + (x - head);
         if (has_byte) {
             const u32 f = (u32)bq & 15u;  // out is 16-byte aligned: the fill pattern's byte
-            byte = keep ? __ldg((const unsigned char*)(src + (bq - ob)))
-                        : (unsigned char)(((f & 8u) ? a.fill[1] : a.fill[0]) >> ((f & 7u) * 8u));
+            const u64 fw = (f & 8u) ? a.fill[1] : a.fill[0];
+            store_stream((unsigned char*)bq,
+                         keep ? __ldg((const unsigned char*)(src + (bq - ob)))
+                              : (unsigned char)(fw >> ((f & 7u) * 8u)));
         }
-        if (keep && (sb < lo || sb + 16 * (nc + (d != 0)) > hi)) {
-            // an edge row: bounded window loads, one chunk at a time
-            for (u64 base = (u64)blockIdx.y * seg; base < nc; base += (u64)gridDim.y * seg) {
-                const u64 last = base + seg < nc ? base + seg : nc;
-                for (u64 k = base + threadIdx.x; k < last; k += blockDim.x)
-                    store_stream((uint4*)(a0 + 16 * k), load_window(sp + 16 * k, lo, hi));
+        for (u64 base = (u64)blockIdx.y * seg; base < most; base += (u64)gridDim.y * seg) {
+            const u32 n_out = base < nc ? (u32)(nc - base < seg ? nc - base : seg) : 0u;
+            const u32 n_in = keep && n_out ? n_out + (d != 0) : 0u;  // blocks to stage
+            for (u32 j = x; j < n_in; j += tx) {
+                const u64 q = sb + 16 * (base + j);
+                if (q >= lo && q + 16 <= hi)
+                    copy_async16(stage + j, (const uint4*)q);
+                else
+                    stage[j] = load_edge_block(q, lo, hi);
             }
-        } else {
-            for (u64 k0 = (u64)blockIdx.y * seg + run; k0 < nc; k0 += (u64)gridDim.y * seg) {
-                uint4 v[V];
-                uint4 w = fillv;
-#pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    const u64 k = k0 + (u64)j * 32 + lane;
-                    // Block k serves chunk k, and chunk k - 1 when d > 0 (block nc too).
-                    v[j] = keep && (k < nc || (d && k == nc)) ? __ldg((const uint4*)(sb + 16 * k))
-                                                              : fillv;
-                }
-                const u64 after = k0 + 32 * V;  // lane 31's block after the run's last chunk
-                if (keep && d && lane == 31u && after <= nc) w = __ldg((const uint4*)(sb + 16 * after));
-#pragma unroll
-                for (int j = 0; j < V; ++j) {
-                    const u64 k = k0 + (u64)j * 32 + lane;
-                    uint4 val = v[j];
-                    if (keep && d) {
-                        const uint4 nx = shfl_down_block(v[j]);
-                        const uint4 wrap = j + 1 < V ? shfl_block(v[j + 1 < V ? j + 1 : j], 0) : w;
-                        val = window16(v[j], lane == 31u ? wrap : nx, d);
-                    }
-                    if (k < nc) store_stream((uint4*)(a0 + 16 * k), val);
-                }
+            copy_async_wait();
+            __syncthreads();
+            for (u32 j = x; j < n_out; j += tx) {
+                uint4 v = fillv;
+                if (keep) v = d ? window16(stage[j], stage[j + 1], d) : stage[j];
+                store_stream((uint4*)(a0 + 16 * (base + j)), v);
             }
+            __syncthreads();  // before the next segment overwrites the stage
         }
-        if (has_byte) store_stream((unsigned char*)bq, byte);
     }
 }
 

@@ -4,7 +4,10 @@ GatherElements rows"):
 
     python benchmarks/probe-span/probe.py [PARTS]   # writes $OUT/probe-span.json (default /tmp)
 
-PARTS is any of A, B and C (default ABC).
+PARTS is any of A, B and C (default ABC).  PROBE_SPAN_V=N builds the span
+kernel with N chunks per thread, PROBE_SPAN_THREADS=N plans it with blocks of
+N threads, instead of cugather/plan/tuning.py's; the result file is named
+after them.
 
 A: long rows (4 KB and more, lengths that are not multiples of 16, 4- and
    8-byte units) through span, the kernel the rules plan (chunks or window)
@@ -18,6 +21,15 @@ Every variant is checked bit for bit against cupy.take / torch.gather first.
 """
 import json, os, sys
 import numpy as np
+from cugather.plan import tuning
+
+VARIANT = ""
+if os.environ.get("PROBE_SPAN_V"):  # the plans read SPAN_V, the renderer CG_SPAN_V
+    tuning.SPAN_V = tuning.KERNEL_DEFINES["CG_SPAN_V"] = int(os.environ["PROBE_SPAN_V"])
+    VARIANT = f"-v{tuning.SPAN_V}"
+if os.environ.get("PROBE_SPAN_THREADS"):
+    tuning.SPAN_THREADS = int(os.environ["PROBE_SPAN_THREADS"])
+    VARIANT += f"-t{tuning.SPAN_THREADS}"
 import cupy as cp
 import cugather
 from cugather.plan.core import Operand, alignment
@@ -122,6 +134,14 @@ LONG = [  # (shape, dtype, axis, indices, index dtype): the sweeps' long-row los
     ((8192, 16, 8, 128), "float16", 0, (32, 128), "int32"),  # 32 KB KV-cache blocks
     ((8192, 16, 8, 128), "float16", 0, (32, 128), "int64"),
     ((31381, 5100), "float32", 0, (166, 9), "int32"),       # 20400 B: 16-byte units
+    # held-out sweeps' rows of 4 KB and more below 90% of copy (seeds 3907, 2971)
+    ((197364, 413, 7, 1), "int32", 0, (44433,), "int32"),   # 11564 B
+    ((38849, 1693), "float32", 0, (1, 14188), "int64"),     # 6772 B
+    ((9475, 1849, 31), "int8", 0, (7857,), "int32"),        # 57319 B
+    ((67, 16616, 129, 19), "float32", 1, (14, 104), "int64"),  # 9804 B, 67 outer rows
+    ((12431, 137, 1, 146), "uint8", 0, (34337,), "int32"),  # 20002 B
+    ((106870, 3477), "int32", 0, (6675,), "int32"),         # 13908 B
+    ((66254, 15, 1, 410), "float32", 0, (844, 8), "int32"),  # 24600 B
 ]
 SHORT = [
     ((181, 1, 5, 1), "int8", 3, (9,), "int32"),
@@ -177,7 +197,8 @@ if __name__ == "__main__":
     parts = sys.argv[1] if len(sys.argv) > 1 else "ABC"
     for c in LONG if "A" in parts else ():
         guarded(gather_case, "A", *c, [("span", "span", False), ("rules", None, True),
-                                       ("table", None, False)])
+                                       ("table", None, False), ("window", "window", False),
+                                       ("chunks", "chunks", False), ("flat", "flat", False)])
     for c in SHORT if "B" in parts else ():
         guarded(gather_case, "B", *c, [("lean", "lean", False), ("table", None, False)])
     for c in [((4096, 4096), "float32", (4096, 1024), "int64"),
@@ -189,5 +210,5 @@ if __name__ == "__main__":
               ((64, 4096, 128), "float16", (64, 4096, 32), "int32")] if "C" in parts else ():
         guarded(elements_case, *c)
     R["device"] = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    with open(os.path.join(OUT, f"probe-span-{parts}.json"), "w") as f:
+    with open(os.path.join(OUT, f"probe-span-{parts}{VARIANT}.json"), "w") as f:
         json.dump(R, f, indent=1)

@@ -4,6 +4,7 @@ and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
     python -m cugather tune [--op gather|elements] [--geometries 2000] [--seed 1000]
                             [--out FILE] [--records FILE] [--time-limit S] [--only KIND]
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
+                            [--min-leaf N] [--penalty P]
 
 ``--op elements`` does the same for GatherElements / take_along_axis: its
 geometries are :func:`cugather.bench.tune_elements.draw_elements_shapes`, its
@@ -98,6 +99,8 @@ def add_arguments(p) -> None:
                    help="fit from these record files only (JSON lines, or .gz of them; no GPU "
                         "needed)")
     p.add_argument("--min-leaf", type=int, default=MIN_LEAF, help="fewest geometries per leaf")
+    p.add_argument("--penalty", type=float, default=PENALTY,
+                   help=f"extra cost per log2 of slowdown beyond 2**0.25 (default {PENALTY:g})")
     p.add_argument("--only", default=None, metavar="KIND",
                    help="time only the geometries kernel kind KIND applies to (Gather)")
     p.add_argument("--partial", action="store_true",
@@ -336,11 +339,12 @@ def run(args) -> int:
                                               if r.get("device")), ""),
                 "command": ("python -m cugather tune --fit " + " ".join(args.fit)
                             + (f" --min-leaf {args.min_leaf}"
-                               if args.min_leaf != MIN_LEAF else "")),
+                               if args.min_leaf != MIN_LEAF else "")
+                            + (f" --penalty {args.penalty:g}" if args.penalty != PENALTY else "")),
                 "fitted": time.strftime("%Y-%m-%d"),
                 "seeds": sorted({r["seed"] for r in records if "seed" in r})}
         return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,
-                      op)
+                      op, args.penalty)
 
     from .. import validate
     from ..plan.gather import GATHER_KINDS
@@ -398,11 +402,12 @@ def run(args) -> int:
     meta = {"arch": arch, "device": name, "fitted": time.strftime("%Y-%m-%d"),
             "command": " ".join(["python -m cugather tune"] + sys.argv[2:]),
             "seeds": [args.seed], "tune_seconds": round(time.perf_counter() - t0, 1)}
-    return _write(records, meta, out, args.min_leaf, args.op)
+    return _write(records, meta, out, args.min_leaf, args.op, args.penalty)
 
 
-def _write(records, meta, out: str, min_leaf: int, op: str = "gather") -> int:
-    table, report = fit_records(records, meta, min_leaf, op=op)
+def _write(records, meta, out: str, min_leaf: int, op: str = "gather",
+           penalty: float = PENALTY) -> int:
+    table, report = fit_records(records, meta, min_leaf, penalty, op=op)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")

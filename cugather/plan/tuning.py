@@ -45,6 +45,8 @@ STAGE_ILP = 8
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024
 SLAB_BLOCKS_PER_SM = 8
+# slab: index loads per thread in flight before the first pick is written.
+SLAB_ILP = 4
 # window: 16-byte output chunks per thread; rows up to this many bytes take
 # the window kernel when the rows kernel could only move them in 1- or 2-byte
 # units (over the random sweep: 1.04x-2.07x the rows kernel there; with
@@ -67,14 +69,15 @@ FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64
 # raise mode's bounds check holds more registers: NVRTC 12.2 spills the 4-byte
 # kernels at 6 blocks.
 FLAT_BLOCKS_RAISE = {(4, "fast32"): 5}
-# span (long rows as aligned 16-byte chunks, a row's index read once per thread):
-# chunks per thread, all loaded before the first store; rows of fewer bytes than
-# SPAN_MIN_ROW are not its (a row then leaves most lanes of its warp idle);
-# __launch_bounds__ minimum resident blocks (at 4, 64 registers, NVRTC 12.2 spills
-# in every mode on sm_90, NVRTC 13.0 in fill mode on sm_75).
+# span (long rows as aligned 16-byte chunks, each segment's source blocks staged
+# in shared memory by cp.async): threads per block and chunks per thread per
+# segment; rows of fewer bytes than SPAN_MIN_ROW are not its (a row then leaves
+# most lanes of its warp idle); __launch_bounds__ minimum resident blocks (at
+# 8, 32 registers, it spills).
+SPAN_THREADS = 256
 SPAN_V = 4
 SPAN_MIN_ROW = 256
-SPAN_BLOCKS = 3
+SPAN_BLOCKS = 6
 # lean (one unit per thread, nothing unrolled): outputs of at most this many bytes
 # (short calls, whose time is the launch and two dependent loads), and rows of
 # one unit of any size (random rows from DRAM, where one load per thread keeps
@@ -140,6 +143,7 @@ KERNEL_DEFINES = {
     "CG_ROWS_MAX_RU": ROWS_MAX_RU,
     "CG_CHUNKS_CU": CHUNKS_CU,
     "CG_SCALAR_ILP": SCALAR_ILP,
+    "CG_SLAB_ILP": SLAB_ILP,
     "CG_STAGE_ILP": STAGE_ILP,
     "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_PACK_ROWS": PACK_ROWS,

@@ -118,10 +118,13 @@ def _inner(key: KernelKey) -> list:
 @register("slab")
 def _slab(key: KernelKey) -> list:
     # Groups of outer rows: one group, several (a small grid loops over both axes),
-    # and a non-leading axis whose outer rows are not back to back (row by row).
+    # the index loop of one block, and a non-leading axis whose outer rows are not
+    # back to back (row by row).
     return [
         Case((5, 50), axis=1, index_shape=(700,), **_common(key, "blocks")),
         Case((7, 50), axis=1, index_shape=(20, 30), **_common(key, "stride", max_grid=2)),
+        # one block: every thread's loop takes CG_SLAB_ILP indices, then a partial set
+        Case((3, 50), axis=1, index_shape=(1300,), **_common(key, "ilp", max_grid=1)),
         Case((4, 30), axis=1, index_shape=(300,), layout="sliced", **_common(key, "sliced")),
         Case((4, 30, 1), axis=1, index_shape=(300,), layout="offset", **_common(key, "offset")),
         Case((40,), axis=0, index_shape=(3, 7), **_common(key, "small")),

@@ -372,10 +372,12 @@ def test_the_shipped_table_leaves_rows_its_leaf_never_saw_to_the_rules():
     p = plan_gather(Operand.contiguous((6, 6854604, 75), 1), (65616,), "int32", 1, "wrap",
                     limits=SM90)
     assert p.kind == "window"
-    # 32-byte rows of 1-byte units, longer than the rows of every geometry of their leaf
-    p = plan_gather(Operand.contiguous((1, 20543, 2948, 32), 1), (1596,), "int32", 2, "wrap",
+    # 416-byte rows of 1-byte units (held-out seed 3907), longer than the rows of
+    # every geometry of their leaf
+    p = plan_gather(Operand.contiguous((2277, 41, 4, 104), 1), (34,), "int64", 1, "wrap",
                     limits=SM90)
-    assert "log2_row_bytes 5 outside the 4 to 4 of the geometries its leaf" in p.chosen_by
+    assert ("log2_row_bytes 8.70044 outside the 4 to 7.90689 of the geometries its leaf"
+            in p.chosen_by)
     assert p.kind == "rows"
 
 
@@ -491,6 +493,11 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
     assert finer.meta["command"] == f"python -m cugather tune --fit {path} --min-leaf 4"
     assert len(finer.leaves()) >= len(table.leaves())
     assert min(leaf["n"] for leaf in finer.leaves()) >= 4
+    soft = tmp_path / "soft.json"  # another penalty: the command says so
+    assert main(["tune", "--fit", str(path), "--min-leaf", "4", "--penalty", "0.5",
+                 "--out", str(soft)]) == 0
+    assert (tt.load_table(soft).meta["command"]
+            == f"python -m cugather tune --fit {path} --min-leaf 4 --penalty 0.5")
 
 
 def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):

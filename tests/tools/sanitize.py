@@ -62,7 +62,7 @@ FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
                 "flatv", "span", "lean", "strided", "bcast")
-SHARED_KINDS = ("inner", "slab", "elements_row")  # kinds that stage data in shared memory
+SHARED_KINDS = ("inner", "slab", "span", "elements_row")  # kinds that stage data in shared memory
 
 
 @dataclass(frozen=True)
