@@ -124,9 +124,16 @@ def declines(label: str, feats: Dict[str, float]) -> bool:
     A staging candidate (:data:`STAGING`) reads the whole axis row, where direct
     picks read at most one 32-byte sector each: with fewer picks than the row
     has 32-byte sectors, staging moves more bytes than it saves (H200 seed 6211:
-    93 picks from 7 KB axis rows staged at 0.42x the best peer).  The fit treats
-    a declined candidate like one that does not apply.
+    93 picks from 7 KB axis rows staged at 0.42x the best peer).  ``pack``
+    (rows of 3 to 15 bytes merged into 16-byte chunks) is for rows of 1- and
+    2-byte units: where a row has a 4- or 8-byte unit, the flat kinds load it
+    whole, and over 1007 such H200 tuning geometries pack was never the fastest
+    (1.42x-1.62x the fastest in geometric mean; 8-byte rows of held-out seed
+    6793 went to pack at 0.42x the best peer).  The fit treats a declined
+    candidate like one that does not apply.
     """
+    if label == "pack":
+        return feats["unit"] >= 4
     if label not in STAGING:
         return False
     return feats["log2_picks"] + 5 < feats["log2_axis_len"] + feats["log2_row_bytes"]

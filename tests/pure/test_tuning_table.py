@@ -144,6 +144,31 @@ def test_staging_is_declined_where_the_picks_touch_fewer_bytes_than_the_row():
     assert (leaf["choice"], leaf["then"]) == ("slab", ["rows/2"])
 
 
+def test_pack_is_declined_for_rows_of_wide_units(monkeypatch, tmp_path):
+    """pack merges rows of 1- and 2-byte units into 16-byte chunks; a row with a
+    4- or 8-byte unit is declined, in the fit and in the planner: a leaf naming
+    pack plans the next kernel it ranks there."""
+    eight = tt.features(8, 8, 4, 2307, 6, 4)      # one float64 per row
+    seven = tt.features(7, 1, 202, 168986, 248, 4)  # 7 int8 per row
+    assert tt.declines("pack", eight) and not tt.declines("pack", seven)
+    assert not tt.declines("flat", eight)
+    rng = np.random.default_rng(11)
+    records = []
+    for k in range(100):
+        r = _record(rng, lambda f: "flat")
+        r["features"] = eight if k % 2 else seven
+        r["times"]["pack"] = 0.1    # "fastest" everywhere, but declined on half
+        records.append(r)
+    (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
+    assert (leaf["choice"], leaf["then"]) == ("pack", ["flat"])
+    monkeypatch.setenv("CUGATHER_TUNING", str(_write(
+        tmp_path / "t.json", {"choice": "pack", "leaf": 0, "then": ["flat"]})))
+    p = _plan((2, 2, 14024, 6), "float64", 3, 2307, index_dtype="int32")
+    assert p.kind == "flat" and "as pack does not apply" in p.chosen_by
+    p = _plan((202, 1, 248, 7), "int8", 2, 168986, index_dtype="int32")
+    assert p.kind == "pack"
+
+
 def test_a_leaf_ranks_by_where_each_candidate_applies():
     """Three families of geometries, each with its own fastest candidate, where
     the candidates apply to nested sets: the leaf's list is the order in which
@@ -444,10 +469,11 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
                                                          {"choice": label, "leaf": 0})))
         tt.clear_tables()
         shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab", "flatv") else
-                       ((300, 3), 0) if kind == "pack" else
-                       ((300, 7), 0) if kind in ("flat", "lean") else
+                       ((300, 7), 0) if kind in ("pack", "flat", "lean") else
                        ((300, 70), 0) if kind == "span" else ((300, 24), 0))
-        p = _plan(shape, "float32", axis, 776 if kind == "flatv" else 777)
+        # pack takes rows of 1- and 2-byte units (table.declines)
+        p = _plan(shape, "int8" if kind == "pack" else "float32", axis,
+                  776 if kind == "flatv" else 777)
         assert p.kind == kind, label
         if ru is not None:
             assert p.fields["row_unroll"] == ru
