@@ -24,10 +24,13 @@ with ``--only pack``, the geometries of the pack kernel timed again), then
 then the ``-lean`` and ``-span`` records of both seeds (``--only lean``, ``--only span``),
 then ``-flat2`` (``--only flat`` again), then the partial records ``-flatv`` and
 ``-lean2`` (``--only flatv --partial``, ``--only lean --partial``), in that order,
-then ``...-seed1002.jsonl.gz`` (a third run, ``--seed 1002``), at :data:`PENALTY`
-with ``--min-leaf 6`` (fitted on two seeds and scored on the third, 1.0149x,
-1.0167x and 1.0139x the fastest candidate, against 1.0145x, 1.0175x and
-1.0162x with leaves of at least 12 geometries).
+then ``...-seed1002.jsonl.gz`` (a third run, ``--seed 1002``), then the
+``-span2`` and ``-slab`` records of the three seeds (``--only span --partial``,
+``--only slab --partial``: the staged span kernel and slab's index loads in
+flight), with ``--min-leaf 6 --penalty 4`` (fitted on two seeds and scored on
+the third, 1.0155x, 1.0193x and 1.0156x the fastest candidate; at the default
+penalty every such fit moved one fixed-suite case to a kernel 1.7x slower
+there).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
