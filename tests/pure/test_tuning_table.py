@@ -133,15 +133,23 @@ def test_staging_is_declined_where_the_picks_touch_fewer_bytes_than_the_row():
     many = tt.features(2, 2, 50000, 4000, 3586, 4)
     assert tt.declines("slab", few) and tt.declines("inner", few)
     assert not tt.declines("slab", many) and not tt.declines("rows/1", few)
-    rng = np.random.default_rng(7)
+    leaf = _one_leaf_declined_on_half("slab", few, many, "rows/2", seed=7)
+    assert (leaf["choice"], leaf["then"]) == ("slab", ["rows/2"])
+
+
+def _one_leaf_declined_on_half(label, declined, kept, fastest_else, seed):
+    """The leaf of a one-leaf fit where ``label`` is fastest everywhere but
+    declined on half the geometries (features ``declined``), ``fastest_else``
+    the fastest of the rest."""
+    rng = np.random.default_rng(seed)
     records = []
     for k in range(100):
-        r = _record(rng, lambda f: "rows/2")
-        r["features"] = few if k % 2 else many
-        r["times"]["slab"] = 0.1    # "fastest" everywhere, but declined on half
+        r = _record(rng, lambda f: fastest_else)
+        r["features"] = declined if k % 2 else kept
+        r["times"][label] = 0.1
         records.append(r)
     (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
-    assert (leaf["choice"], leaf["then"]) == ("slab", ["rows/2"])
+    return leaf
 
 
 def test_pack_is_declined_for_rows_of_wide_units(monkeypatch, tmp_path):
@@ -152,14 +160,7 @@ def test_pack_is_declined_for_rows_of_wide_units(monkeypatch, tmp_path):
     seven = tt.features(7, 1, 202, 168986, 248, 4)  # 7 int8 per row
     assert tt.declines("pack", eight) and not tt.declines("pack", seven)
     assert not tt.declines("flat", eight)
-    rng = np.random.default_rng(11)
-    records = []
-    for k in range(100):
-        r = _record(rng, lambda f: "flat")
-        r["features"] = eight if k % 2 else seven
-        r["times"]["pack"] = 0.1    # "fastest" everywhere, but declined on half
-        records.append(r)
-    (leaf,) = tt.fit(records, {"arch": "sm_90"}, min_gain=1e9).leaves()
+    leaf = _one_leaf_declined_on_half("pack", eight, seven, "flat", seed=11)
     assert (leaf["choice"], leaf["then"]) == ("pack", ["flat"])
     monkeypatch.setenv("CUGATHER_TUNING", str(_write(
         tmp_path / "t.json", {"choice": "pack", "leaf": 0, "then": ["flat"]})))
