@@ -70,10 +70,11 @@ FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64
 # kernels at 6 blocks.
 FLAT_BLOCKS_RAISE = {(4, "fast32"): 5}
 # span (long rows as aligned 16-byte chunks, each segment's source blocks staged
-# in shared memory by cp.async): threads per block and chunks per thread per
-# segment; rows of fewer bytes than SPAN_MIN_ROW are not its (a row then leaves
-# most lanes of its warp idle); __launch_bounds__ minimum resident blocks (at
-# 8, 32 registers, it spills).
+# in shared memory by cp.async): threads per block (at most MAX_THREADS, the
+# launch bounds' block size) and chunks per thread per segment; rows of fewer
+# bytes than SPAN_MIN_ROW are not its (a row then leaves most lanes of its warp
+# idle); __launch_bounds__ minimum resident blocks (at 8, 32 registers, it
+# spills).
 SPAN_THREADS = 256
 SPAN_V = 4
 SPAN_MIN_ROW = 256

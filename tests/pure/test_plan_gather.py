@@ -284,3 +284,18 @@ def test_plan_addressing_matches_numpy(kind, view, axis):
         pytest.skip("variant not applicable to this layout")
     got = _emulate(plan, data, idx)
     np.testing.assert_array_equal(got, gather_ref(data, idx, axis, "wrap"))
+
+
+@pytest.mark.parametrize("row_bytes", [256, 301, 4347, 16417, 62314])
+def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_bytes):
+    """span's block: whole warps per row (head and tail bytes take a thread each),
+    at most the launch bounds' MAX_THREADS, and shared memory for one segment's
+    aligned source blocks (its chunks and one more) per block row."""
+    from cugather.plan import tuning
+
+    p = plan_of(((5000, row_bytes), "u1"), (700,), kind="span")
+    tx, ty, tz = p.block
+    seg = p.fields["seg_chunks"]
+    assert tx % 32 == 0 and tx * ty * tz <= tuning.MAX_THREADS
+    assert seg == tx * tuning.SPAN_V and p.grid[1] * seg >= math.ceil(row_bytes / 16)
+    assert p.main.shared_mem == ty * (seg + 1) * 16
