@@ -1,16 +1,18 @@
-"""The slab kernel's index loads in flight (BENCHMARKS.md, "Long odd rows through
-shared memory; slab's index loads in flight"), on a GPU:
+"""The slab kernel's index loads in flight and slabw's word stores (BENCHMARKS.md,
+"Long odd rows through shared memory; slab's index loads in flight" and "slabw:
+slab's picks stored a word at a time"), on a GPU:
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/probe-slab/probe.py
-    # writes $OUT/probe-slab[-ilpN].json (default /tmp)
+    # writes $OUT/probe-slab[-ilpN][-wordA-B-C].json (default /tmp)
 
 PROBE_SLAB_ILP=N builds slab with N index loads per thread in flight instead of
-cugather/plan/tuning.py's SLAB_ILP (1 is the kernel before).  The cases are the
-held-out sweeps' slab and inner shapes, the worst first.  For each: the
-device copy of the output bytes, slab forced, the library's plan, flat and
-lean forced where they apply, cupy.take, torch.index_select and
-jax.numpy.take; every result checked against cupy.take.  Medians of 30 calls,
-microseconds.
+cugather/plan/tuning.py's SLAB_ILP (1 is the kernel before); PROBE_SLAB_WORD=A,B,C
+has slabw store 1-, 2- and 4-byte units A, B and C bytes at a time (4 or 8, each
+wider than its unit) instead of SLAB_WORD.  The cases are the held-out sweeps'
+slab and inner shapes, the worst first.  For each: the device copy of the output
+bytes, slab and slabw forced, the library's plan, flat, lean and inner forced
+where they apply, cupy.take, torch.index_select and jax.numpy.take; every result
+checked against cupy.take.  Medians of 30 calls, microseconds.
 """
 import json, os
 import numpy as np
@@ -20,6 +22,12 @@ VARIANT = ""
 if os.environ.get("PROBE_SLAB_ILP"):
     tuning.SLAB_ILP = tuning.KERNEL_DEFINES["CG_SLAB_ILP"] = int(os.environ["PROBE_SLAB_ILP"])
     VARIANT = f"-ilp{tuning.SLAB_ILP}"
+if os.environ.get("PROBE_SLAB_WORD"):
+    words = [int(w) for w in os.environ["PROBE_SLAB_WORD"].split(",")]
+    tuning.SLAB_WORD = dict(zip((1, 2, 4), words))
+    for unit, word in tuning.SLAB_WORD.items():
+        tuning.KERNEL_DEFINES[f"CG_SLAB_WORD_U{unit}"] = word
+    VARIANT += "-word" + "-".join(map(str, words))
 import cupy as cp
 from cugather.bench.peers import time_cupy, time_jax, time_torch
 from cugather.plan.core import Operand, alignment
@@ -39,6 +47,13 @@ CASES = [  # (shape, dtype, axis, indices, index dtype): seeds 3907, 2971, 7919
     ((17, 2, 1, 14), "float16", 3, (6389461,), "int32"),
     ((18722, 2185), "bool", 1, (54, 81), "int32"),
     ((9, 163), "float32", 1, (5747158,), "int64"),
+    # seeds 5303, 6793 and 8311
+    ((3568, 1421), "uint8", 1, (233780,), "int32"),
+    ((9299, 1831), "int8", 1, (305,), "int32"),
+    ((94, 136, 39), "int32", 2, (4374,), "int64"),
+    ((1, 6, 2, 4), "float16", 3, (2908970,), "int32"),
+    ((339, 12, 7066), "int8", 2, (70483,), "int32"),
+    ((1, 271, 50), "int16", 2, (1763615,), "int32"),
 ]
 
 
@@ -73,8 +88,8 @@ def main():
             dst.data.ptr, src.data.ptr, ref.nbytes, rt.memcpyDeviceToDevice,
             cp.cuda.get_current_stream().ptr), 30))
         operand = Operand(data.shape, data.strides, data.itemsize, alignment(data.data.ptr))
-        for label, kind in (("slab", "slab"), ("plan", None), ("flat", "flat"), ("lean", "lean"),
-                            ("inner", "inner")):
+        for label, kind in (("slab", "slab"), ("slabw", "slabw"), ("plan", None), ("flat", "flat"),
+                            ("lean", "lean"), ("inner", "inner")):
             try:
                 plan = plan_gather(operand, idx.shape, idt, axis, "wrap",
                                    limits=CUDA.limits(0), kind=kind)

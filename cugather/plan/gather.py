@@ -21,7 +21,7 @@ from .keys import KernelKey
 
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
                 "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
@@ -190,9 +190,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         block = (threads, 1, 1)
         grid = (min(cdiv(rows, threads * tuning.SCALAR_ILP), grid_x), 1, 1)
         reason = f"one {unit} B unit per row, {tuning.SCALAR_ILP} loads in flight per thread"
-    elif kind == "slab":
+    elif kind in ("slab", "slabw"):
         main, reason = _slab_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer,
-                                    s_outer, n_idx, data.align, limits, max_grid)
+                                    s_outer, n_idx, data.align, limits, max_grid,
+                                    words=kind == "slabw")
         return GatherPlan(main=main, reason=reason, **base)
     else:
         main = _inner_launch(unit, index_dtype, mname, mode, axis_len, s_axis, n_outer, s_outer,
@@ -227,13 +228,18 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
            out_align: int, limits: DeviceLimits, out_bytes: int, n_idx: int) -> str:
     """What kernel ``kind`` needs that a contiguous-row geometry lacks ("" when it
     can run it): the one test for a forced kind and for a tuning table's choice."""
-    if kind in ("scalar", "inner", "slab") and row_bytes != unit:
+    if kind in ("scalar", "inner", "slab", "slabw") and row_bytes != unit:
         return f"rows of one unit; rows here are {row_bytes // unit} units"
-    if kind in ("inner", "slab"):
+    if kind == "slabw" and _slab_word(unit) == unit:
+        return f"units of 1, 2 or 4 bytes (stored several at a time); units here are {unit} B"
+    if kind in ("inner", "slab", "slabw"):
         stage = limits.max_shared_mem if kind == "inner" else _slab_stage(limits)
         if s_axis not in (0, unit) or axis_len * row_bytes > stage:
             return (f"a contiguous gathered axis of at most {stage} bytes to stage in shared "
                     f"memory; here it is {axis_len} elements {s_axis} B apart")
+    if kind == "slabw" and out_align < _slab_word(unit):
+        return (f"an output aligned to {_slab_word(unit)} B for {unit}-byte units (stored "
+                f"{_slab_word(unit)} B at a time); out here is aligned to {out_align} B")
     if kind == "window" and (row_bytes < 16 or out_align < 16):
         return (f"rows of at least 16 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
@@ -318,14 +324,25 @@ def _slab_stage(limits: DeviceLimits) -> int:
     return min(tuning.SLAB_MAX_STAGE, limits.max_shared_mem)
 
 
+def _slab_word(unit: int) -> int:
+    """Output bytes per store of the slab kernel (kernels/gather.cuh slab_word)."""
+    return max(unit, tuning.SLAB_WORD.get(unit, unit))
+
+
 def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_len: int,
                  s_axis: int, n_outer: int, s_outer: int, n_idx: int, align: int,
-                 limits: DeviceLimits, max_grid: Optional[int] = None) -> Tuple[Launch, str]:
+                 limits: DeviceLimits, max_grid: Optional[int] = None,
+                 words: bool = False) -> Tuple[Launch, str]:
     """The slab kernel: groups of outer rows of ``axis_len`` one-unit elements staged
-    per block, each index read once per group."""
+    per block, each index read once per group; ``words``: the slabw kernel, which
+    stores several consecutive picks at a time."""
     row = axis_len * unit
     target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
-    bx = cdiv(n_idx, tuning.MAX_THREADS)  # blocks that cover the indices once
+    # a thread takes one pick at a time, or (words) one word slot: a word of
+    # `per` picks at any phase of the row (kernels/gather.cuh gather_slab_words)
+    per = _slab_word(unit) // unit if words else 1
+    slots = (n_idx + 2 * per - 2) // per
+    bx = cdiv(slots, tuning.MAX_THREADS)  # blocks that cover the indices once
     fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: row 0
     # Whole groups where the indices alone fill the GPU; otherwise smaller groups,
     # so that outer rows give the blocks the indices cannot.
@@ -336,10 +353,11 @@ def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_le
                   units=1, n_indices=n_idx, outer=n_outer,
                   n_div=make_divisor(max(n_idx, 1), 32 if math_name == "fast32" else 64),
                   chunk=group, stage_unit=unit_for(align, s_outer, row), row_unroll=1)
-    launch = Launch(KernelKey("slab", unit, index_dtype, math_name, mode), fields,
+    launch = Launch(KernelKey("slabw" if words else "slab", unit, index_dtype, math_name, mode), fields,
                     (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), cdiv(group * row, 16) * 16)
+    stores = f", {per * unit} B stores of {per} picks" if per > 1 else ""
     return launch, (f"{group} outer row(s) of {row} B staged per block in shared memory, "
-                    f"each index read once per group")
+                    f"each index read once per group{stores}")
 
 
 def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align, math_name,

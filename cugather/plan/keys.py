@@ -109,6 +109,11 @@ _SPECS = {
     "inner": KindSpec("gather.cuh", "gather_inner", "GatherArgs", min_blocks=4),
     # Rows of one unit, several outer rows staged per block, each index read once.
     "slab": KindSpec("gather.cuh", "gather_slab", "GatherArgs", min_blocks=4),
+    # slab storing several consecutive picks per store (units narrower than
+    # their tuning.SLAB_WORD).
+    "slabw": KindSpec("gather.cuh", "gather_slabw", "GatherArgs",
+                      units=tuple(u for u, w in sorted(tuning.SLAB_WORD.items()) if w > u),
+                      min_blocks=4),
     # Rows whose length is not a multiple of 16, moved as 16-byte chunks.
     "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # Rows of 3 to 15 bytes, several per 16-byte chunk, through window's loop.

@@ -56,7 +56,8 @@ FORMAT = 3
 CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("rows/1", "rows", 1), ("rows/2", "rows", 2), ("rows/4", "rows", 4),
     ("chunks", "chunks", None), ("scalar", "scalar", None), ("inner", "inner", None),
-    ("slab", "slab", None), ("window", "window", None), ("pack", "pack", None),
+    ("slab", "slab", None), ("slabw", "slabw", None), ("window", "window", None),
+    ("pack", "pack", None),
     ("flat", "flat", None), ("flatv", "flatv", None), ("span", "span", None),
     ("lean", "lean", None),
     ("strided", "strided", None),
@@ -77,7 +78,7 @@ FEATURES = ("log2_row_bytes", "unit", "log2_units", "row_mod16", "log2_outer", "
 
 #: Candidates that stage a whole axis row in shared memory: they read every byte
 #: of it, so the planner takes them only where staging pays (:func:`declines`).
-STAGING = ("inner", "slab")
+STAGING = ("inner", "slab", "slabw")
 #: Fewest geometries of a leaf a candidate must apply to before the leaf may rank
 #: it: a kernel that applies to one geometry of a leaf and is fastest there says
 #: little about the others it applies to (H200 seed 6211: a leaf ranked slab on

@@ -45,8 +45,11 @@ STAGE_ILP = 8
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024
 SLAB_BLOCKS_PER_SM = 8
-# slab: index loads per thread in flight before the first pick is written.
+# slab: index loads per thread in flight before the first pick is written, for
+# units written one at a time; output bytes per store by unit width (4 or 8; the
+# unit itself: one unit per store), written from consecutive picks.
 SLAB_ILP = 4
+SLAB_WORD = {1: 4, 2: 4, 4: 8}
 # window: 16-byte output chunks per thread; rows up to this many bytes take
 # the window kernel when the rows kernel could only move them in 1- or 2-byte
 # units (over the random sweep: 1.04x-2.07x the rows kernel there; with
@@ -145,6 +148,9 @@ KERNEL_DEFINES = {
     "CG_CHUNKS_CU": CHUNKS_CU,
     "CG_SCALAR_ILP": SCALAR_ILP,
     "CG_SLAB_ILP": SLAB_ILP,
+    "CG_SLAB_WORD_U1": SLAB_WORD[1],
+    "CG_SLAB_WORD_U2": SLAB_WORD[2],
+    "CG_SLAB_WORD_U4": SLAB_WORD[4],
     "CG_STAGE_ILP": STAGE_ILP,
     "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_PACK_ROWS": PACK_ROWS,

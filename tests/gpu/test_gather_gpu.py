@@ -48,8 +48,8 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "flat", "flatv",
-                                  "lean", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "flat",
+                                  "flatv", "lean", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -59,11 +59,14 @@ def test_forced_variants(kind, math_name, mode):
     from cugather.validate import fill_bytes
 
     rng = np.random.default_rng(4)
-    cols = 1 if kind in ("scalar", "inner", "slab", "flatv") else 6
-    data = (random_data(rng, (9, 50), "float32") if kind in ("inner", "slab")
+    staged = kind in ("inner", "slab", "slabw")
+    cols = 1 if kind in ("scalar", "flatv") or staged else 6
+    # slabw: 301 picks start the 9 outer rows at every phase of its 8-byte words
+    data = (random_data(rng, (9, 50), "float32") if staged
             else random_data(rng, (50, cols), "float32"))
-    axis = 1 if kind in ("inner", "slab") else 0
-    idx = random_indices(rng, (300,), data.shape[axis], "int64", out_of_range=mode != "raise")
+    axis = 1 if staged else 0
+    idx = random_indices(rng, (301 if kind == "slabw" else 300,), data.shape[axis], "int64",
+                         out_of_range=mode != "raise")
     op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
     plan = op.plan(data, idx, kind=kind, math_name=math_name, max_grid=3)
     assert plan.key.kind == kind and plan.key.math == math_name
@@ -72,8 +75,8 @@ def test_forced_variants(kind, math_name, mode):
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "window", "pack",
-                                  "flat", "flatv", "lean", "span", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "window",
+                                  "pack", "flat", "flatv", "lean", "span", "strided"])
 @pytest.mark.parametrize("mode", ["fill", "raise"])
 def test_empty_axis_reads_no_data(kind, mode):
     """An axis of size 0, each kind forced: fill mode fills every output unit, raise

@@ -131,6 +131,25 @@ def _slab(key: KernelKey) -> list:
     ]
 
 
+@register("slabw")
+def _slabw(key: KernelKey) -> list:
+    # slab's groups, each thread storing a word of several consecutive picks: index
+    # counts that no word divides start each outer row at another phase of the
+    # word, and fewer picks than a word leave every word partial; one block (every
+    # thread loops over word slots, lane 0 of each warp loading the picks before
+    # its own); outer rows not back to back.
+    return [
+        Case((5, 50), axis=1, index_shape=(700,), **_common(key, "blocks")),
+        Case((5, 50), axis=1, index_shape=(701,), **_common(key, "phase")),
+        Case((9, 30), axis=1, index_shape=(3,), **_common(key, "few")),
+        Case((7, 50), axis=1, index_shape=(20, 31), **_common(key, "stride", max_grid=2)),
+        Case((3, 50), axis=1, index_shape=(1303,), **_common(key, "loop", max_grid=1)),
+        Case((4, 30), axis=1, index_shape=(301,), layout="sliced", **_common(key, "sliced")),
+        Case((4, 30, 1), axis=1, index_shape=(302,), layout="offset", **_common(key, "offset")),
+        Case((40,), axis=0, index_shape=(3, 7), **_common(key, "small")),
+    ]
+
+
 def _window_common(key: KernelKey, variant: str, dtype: str, max_grid=None) -> dict:
     fields = _common(key, variant, max_grid=max_grid)
     fields.update(dtype=dtype, fill_value=fill_for(dtype) if fields["mode"] == "fill" else 0)

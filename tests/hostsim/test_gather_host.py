@@ -217,7 +217,7 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
     """Without out= the gather kernel itself names the first bad index it reads (one
     launch); with out= the check kernel runs first, nothing after it, and out= stays
     untouched."""
-    shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab", "flatv") else
+    shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab", "slabw", "flatv") else
                    ((60, 3), 0) if kind == "pack" else
                    ((60, 70), 0) if kind == "span" else ((60, 5), 0))
     case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,

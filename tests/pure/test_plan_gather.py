@@ -180,6 +180,29 @@ def test_forcing_an_impossible_variant_is_an_error():
         plan_of(Operand((4, 5), (8, 40), 8), (3,), axis=0, kind="rows")
 
 
+def test_slabw_stores_words_of_picks():
+    """slabw (1-, 2- and 4-byte units, tuning.SLAB_WORD bytes per store): a thread
+    takes a word slot of P picks at any phase of the row, so one pass of the grid
+    covers (n + 2P - 2) // P slots where slab's covers n picks."""
+    from cugather.plan import tuning
+
+    for dtype, unit in (("u1", 1), ("f2", 2), ("f4", 4)):
+        per = tuning.SLAB_WORD[unit] // unit
+        assert per > 1
+        w = plan_of(((2, 50), dtype), (70001,), axis=1, kind="slabw")
+        u = plan_of(((2, 50), dtype), (70001,), axis=1, kind="slab")
+        assert (w.key.kind, w.key.unit, u.key.kind, u.key.unit) == ("slabw", unit, "slab", unit)
+        slots = (70001 + 2 * per - 2) // per
+        assert w.grid[0] == math.ceil(slots / tuning.MAX_THREADS)
+        assert u.grid[0] == math.ceil(70001 / tuning.MAX_THREADS)
+        assert f"{per * unit} B stores of {per} picks" in w.describe()
+    with pytest.raises(ValueError, match="'slabw' needs units of 1, 2 or 4 bytes"):
+        plan_of(((5, 50), "f8"), (300,), axis=1, kind="slabw")
+    with pytest.raises(ValueError, match="'slabw' needs an output aligned to 4 B"):
+        plan_of(((5, 50), "u1"), (300,), axis=1, kind="slabw", out_align=2)
+    assert plan_of(((5, 50), "u1"), (300,), axis=1, kind="slab", out_align=1).kind == "slab"
+
+
 @pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy", "fill", "raise"])
 @pytest.mark.parametrize("shape,axis,dtype,unit", [
     ((2, 2, 2, 1), 3, "f2", 2), ((1, 25), 0, "f4", 4), ((9, 1, 4), 1, "c16", 8),

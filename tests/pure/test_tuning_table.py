@@ -469,7 +469,7 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
         monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / f"{kind}{ru}.json",
                                                          {"choice": label, "leaf": 0})))
         tt.clear_tables()
-        shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab", "flatv") else
+        shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab", "slabw", "flatv") else
                        ((300, 7), 0) if kind in ("pack", "flat", "lean") else
                        ((300, 70), 0) if kind == "span" else ((300, 24), 0))
         # pack takes rows of 1- and 2-byte units (table.declines)

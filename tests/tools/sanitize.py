@@ -60,9 +60,10 @@ UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex1
 KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "window", "pack", "flat",
+GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
                 "flatv", "span", "lean", "strided", "bcast")
-SHARED_KINDS = ("inner", "slab", "span", "elements_row")  # kinds that stage data in shared memory
+# kinds that stage data in shared memory
+SHARED_KINDS = ("inner", "slab", "slabw", "span", "elements_row")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ CANDIDATES = {
               Geometry((40,), 0, (3, 7))],
     "slab": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
              Geometry((40,), 0, (3, 7))],
+    # index counts that start each outer row at another phase of slabw's word
+    "slabw": [Geometry((5, 50), 1, (701,)), Geometry((7, 50), 1, (201,), max_grid=2),
+              Geometry((40,), 0, (3, 7))],
     "window": [Geometry((50, 3), 0, (330,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "pack": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
