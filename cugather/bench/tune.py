@@ -27,10 +27,11 @@ then ``-flat2`` (``--only flat`` again), then the partial records ``-flatv`` and
 then ``...-seed1002.jsonl.gz`` (a third run, ``--seed 1002``), then the
 ``-span2`` and ``-slab`` records of the three seeds (``--only span --partial``,
 ``--only slab --partial``: the staged span kernel and slab's index loads in
-flight), with ``--min-leaf 6 --penalty 4`` (fitted on two seeds and scored on
-the third, 1.0155x, 1.0193x and 1.0156x the fastest candidate; at the default
-penalty every such fit moved one fixed-suite case to a kernel 1.7x slower
-there).
+flight), then their ``-slab2`` and ``-slabw`` records (``--only slab
+--partial``, ``--only slabw --partial``, timed together), with ``--min-leaf 6
+--penalty 4`` (fitted on two seeds and scored on the third, 1.0167x, 1.0172x
+and 1.0161x the fastest candidate; at the default penalty every fit of the
+round before moved one fixed-suite case to a kernel 1.7x slower there).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
