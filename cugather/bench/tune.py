@@ -6,6 +6,12 @@ and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
                             [--min-leaf N] [--penalty P]
 
+``--where "FEATURE OP VALUE"`` (repeatable; OP one of ``<= >= < > ==``, FEATURE
+one of :data:`cugather.plan.table.FEATURES`) times only the geometries of the
+seed's draw whose features satisfy every condition, ``--geometries`` of them,
+each recorded under its index in the draw: more timings where a region of the
+distribution is too sparse for the fit to separate (Gather only).
+
 ``--op elements`` does the same for GatherElements / take_along_axis: its
 geometries are :func:`cugather.bench.tune_elements.draw_elements_shapes`, its
 candidates :data:`cugather.plan.table.ELEMENTS_CANDIDATES`, checked against
@@ -66,8 +72,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy
 
-__all__ = ["add_arguments", "run", "tune_shape", "fit_records", "TARGET_MS", "MIN_SAMPLES",
-           "MAX_SAMPLES"]
+__all__ = ["add_arguments", "run", "tune_shape", "fit_records", "parse_where", "draw_where",
+           "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES"]
 
 TARGET_MS = 6.0
 MIN_SAMPLES, MAX_SAMPLES, WARMUP = 3, 15, 2
@@ -107,6 +113,9 @@ def add_arguments(p) -> None:
                    help=f"extra cost per log2 of slowdown beyond 2**0.25 (default {PENALTY:g})")
     p.add_argument("--only", default=None, metavar="KIND",
                    help="time only the geometries kernel kind KIND applies to (Gather)")
+    p.add_argument("--where", action="append", default=None, metavar="COND",
+                   help='time only geometries whose features meet COND, "FEATURE OP VALUE" '
+                        "(OP one of <= >= < > ==; repeatable; Gather only)")
     p.add_argument("--partial", action="store_true",
                    help="with --only: time only KIND's candidate there; --fit adds its times "
                         "to the earlier record of the same seed and geometry")
@@ -208,6 +217,61 @@ def time_candidate(cp, rec: Dict[str, Any], label: str, plan, data, ptr: int, id
         rec["times"][label] = float(numpy.median(times))
     except Exception as e:
         rec["errors"][label] = f"{type(e).__name__}: {str(e)[:200]}"
+
+
+_OPS = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b,
+        "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+
+def parse_where(conds) -> list:
+    """``--where`` conditions as ``(feature, op, value)``; ValueError names a bad one."""
+    import re
+
+    from ..plan.table import FEATURES
+
+    out = []
+    for c in conds or ():
+        m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(<=|>=|==|<|>)\s*(\S+)\s*", c)
+        try:
+            value = float(m.group(3)) if m else None
+        except ValueError:
+            value = None
+        if m is None or value is None:
+            raise ValueError(f"--where must be 'FEATURE OP VALUE' with OP one of "
+                             f"{' '.join(_OPS)}, got {c!r}")
+        if m.group(1) not in FEATURES:
+            raise ValueError(f"--where feature must be one of {', '.join(FEATURES)}, got "
+                             f"{m.group(1)!r}")
+        out.append((m.group(1), m.group(2), value))
+    return out
+
+
+def draw_where(n: int, seed: int, start: int = 0, where=(), max_draws: int = 1_000_000) -> list:
+    """``(index, shape)`` of the first ``n`` sweep geometries of ``seed`` from draw
+    ``start`` on whose features meet every ``(feature, op, value)`` of ``where``
+    (:func:`parse_where`); fewer when ``max_draws`` draws hold no more."""
+    import numpy
+
+    from ..plan.core import Operand
+    from ..plan.table import features
+    from .sweep import draw_shape
+
+    rng = numpy.random.default_rng(seed)
+    out = []
+    for i in range(start + max_draws):
+        s = draw_shape(rng)
+        if i < start:
+            continue
+        if where:
+            f = features(s.row_bytes, _unit(Operand.contiguous(s.shape, s.itemsize), s),
+                         s.outer, s.n_indices, s.axis_len,
+                         4 if s.index_dtype == "int32" else 8)
+            if not all(_OPS[op](f[name], value) for name, op, value in where):
+                continue
+        out.append((i, s))
+        if len(out) == n:
+            break
+    return out
 
 
 def _unit(operand, s) -> int:
@@ -353,7 +417,6 @@ def run(args) -> int:
     from .. import validate
     from ..plan.gather import GATHER_KINDS
     from ..runtime.launch import CUDA
-    from .sweep import draw_shapes
 
     if args.only is not None and (args.only not in GATHER_KINDS or args.op != "gather"):
         print(f"--only must be one of {', '.join(GATHER_KINDS)} (with --op gather), got "
@@ -361,6 +424,14 @@ def run(args) -> int:
         return 2
     if args.partial and args.only is None:
         print("--partial needs --only KIND", file=sys.stderr)
+        return 2
+    try:
+        where = parse_where(args.where)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if where and args.op != "gather":
+        print("--where takes Gather's features (--op gather)", file=sys.stderr)
         return 2
 
     cp = validate.cupy_module()
@@ -374,23 +445,26 @@ def run(args) -> int:
     if args.op == "elements":
         from .tune_elements import draw_elements_shapes, tune_elements_shape
 
-        shapes = draw_elements_shapes(args.start + args.geometries, args.seed)[args.start:]
+        shapes = list(enumerate(draw_elements_shapes(args.start + args.geometries,
+                                                     args.seed)))[args.start:]
     else:
-        shapes = draw_shapes(args.start + args.geometries, args.seed)[args.start:]
+        shapes = draw_where(args.geometries, args.seed, args.start, where)
+        if len(shapes) < args.geometries:
+            print(f"--where: {len(shapes)} of the seed's draws qualify", flush=True)
     t0 = time.perf_counter()
     records: List[Dict[str, Any]] = []
     pool = cp.get_default_memory_pool()
     with open(rec_path, "a") as f:
-        for i, s in enumerate(shapes):
+        for i, (index, s) in enumerate(shapes):
             if args.time_limit is not None and time.perf_counter() - t0 > args.time_limit:
                 print(f"time limit reached after {i} geometries", flush=True)
                 break
-            gseed = args.seed * 1_000_003 + args.start + i
+            gseed = args.seed * 1_000_003 + index
             rec = (tune_elements_shape(cp, s, gseed, device) if args.op == "elements"
                    else tune_shape(cp, s, gseed, device, args.only, args.partial))
             if rec is None:
                 continue
-            rec.update(arch=arch, device=name, seed=args.seed, index=args.start + i)
+            rec.update(arch=arch, device=name, seed=args.seed, index=index)
             records.append(rec)
             f.write(json.dumps(rec) + "\n")
             f.flush()

@@ -806,3 +806,86 @@ def test_a_candidate_is_checked_byte_for_byte_before_it_is_timed(monkeypatch):
     tune.time_candidate(None, rec, "row", "plan", ref, 0, None, ref_bytes, 0,
                         "cupy.take_along_axis")
     assert rec["errors"]["row"] == "RuntimeError: launch failed" and "row" not in rec["times"]
+
+
+def test_tune_where_draws_only_the_geometries_it_names():
+    """``tune --where``: the seed's draws whose features meet every condition, each
+    under its index in the draw (the sweep's shape of that index), so that a
+    sparse region of the distribution can be timed more densely."""
+    from cugather.bench.sweep import draw_shapes
+    from cugather.bench.tune import _unit, draw_where, parse_where
+
+    where = parse_where(["unit == 4", "log2_out_bytes>=24", " log2_outer > 3 "])
+    assert where == [("unit", "==", 4.0), ("log2_out_bytes", ">=", 24.0), ("log2_outer", ">", 3.0)]
+    got = draw_where(12, 1000, 0, where)
+    assert len(got) == 12
+    indices = [i for i, _ in got]
+    assert indices == sorted(set(indices)) and indices[-1] >= 12  # some draws were skipped
+    every = draw_shapes(indices[-1] + 1, 1000)
+    for i, s in got:
+        assert s == every[i]
+        f = tt.features(s.row_bytes, _unit(Operand.contiguous(s.shape, s.itemsize), s),
+                        s.outer, s.n_indices, s.axis_len, 4 if s.index_dtype == "int32" else 8)
+        assert f["unit"] == 4 and f["log2_out_bytes"] >= 24 and f["log2_outer"] > 3
+    skipped = [j for j in range(indices[-1]) if j not in indices]
+    for j in skipped:  # each draw left out misses a condition
+        s = every[j]
+        f = tt.features(s.row_bytes, _unit(Operand.contiguous(s.shape, s.itemsize), s),
+                        s.outer, s.n_indices, s.axis_len, 4 if s.index_dtype == "int32" else 8)
+        assert not (f["unit"] == 4 and f["log2_out_bytes"] >= 24 and f["log2_outer"] > 3)
+    # without conditions: the draws from --start on, in order
+    assert [i for i, _ in draw_where(3, 1000, 5)] == [5, 6, 7]
+    assert draw_where(2, 1000, 0, [("unit", ">", 99.0)], max_draws=50) == []
+
+
+@pytest.mark.parametrize("cond,message", [
+    ("unit = 4", "--where must be 'FEATURE OP VALUE'"),
+    ("unit >= four", "--where must be 'FEATURE OP VALUE'"),
+    ("rows >= 4", "--where feature must be one of log2_row_bytes"),
+])
+def test_tune_where_names_a_bad_condition(cond, message, capsys):
+    from cugather.bench.tune import parse_where
+    from cugather.cli.main import main
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_where([cond])
+    assert main(["tune", "--where", cond]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_tune_where_records_each_geometry_under_its_draw_index(tmp_path, monkeypatch):
+    """The timing loop of ``tune --where`` (a stand-in for the GPU and the timing):
+    each record carries the seed and the geometry's index in the seed's draw, and
+    its data seed follows that index, so a later run of the same draw replaces or
+    completes it."""
+    import types
+
+    from cugather import validate
+    from cugather.bench import tune
+    from cugather.cli.main import main
+    from cugather.runtime.launch import CUDA
+
+    fake_cp = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0),
+                                   runtime=types.SimpleNamespace(
+                                       getDeviceProperties=lambda d: {"name": b"NVIDIA H200"})),
+        get_default_memory_pool=lambda: types.SimpleNamespace(free_all_blocks=lambda: None))
+    monkeypatch.setattr(validate, "cupy_module", lambda: fake_cp)
+    monkeypatch.setattr(CUDA, "limits", lambda device: SM90)
+    seen = []
+
+    def fake_tune_shape(cp, s, gseed, device, only, partial):
+        seen.append((s, gseed))
+        return {"shape": s.as_dict(), "times": {"slab": 1e-3}, "errors": {}, "partial": True}
+
+    monkeypatch.setattr(tune, "tune_shape", fake_tune_shape)
+    rec = tmp_path / "r.jsonl"
+    assert main(["tune", "--only", "slab", "--partial", "--geometries", "5", "--seed", "1000",
+                 "--where", "unit <= 2", "--where", "log2_outer >= 2", "--records", str(rec),
+                 "--out", str(tmp_path / "t.json")]) == 0
+    want = tune.draw_where(5, 1000, 0, tune.parse_where(["unit <= 2", "log2_outer >= 2"]))
+    lines = [json.loads(line) for line in rec.read_text().splitlines()]
+    assert [(r["seed"], r["index"]) for r in lines] == [(1000, i) for i, _ in want]
+    assert [s for s, _ in seen] == [s for _, s in want]
+    assert [g for _, g in seen] == [1000 * 1_000_003 + i for i, _ in want]
+    assert all(r["shape"] == s.as_dict() for r, (_, s) in zip(lines, want))
