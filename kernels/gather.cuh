@@ -274,8 +274,8 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
-// Output bytes per store of slab for a unit of `unit` bytes (a word no wider
-// than the unit: one unit per store).
+// Output bytes per store of slabw for a unit of `unit` bytes (a word no wider
+// than the unit: no slabw for that unit).
 __host__ __device__ constexpr int slab_word(int unit)
 {
     return unit == 1 ? CG_SLAB_WORD_U1 : unit == 2 ? CG_SLAB_WORD_U2
@@ -283,7 +283,7 @@ __host__ __device__ constexpr int slab_word(int unit)
 }
 static_assert((slab_word(1) == 1 || slab_word(1) == 4 || slab_word(1) == 8) &&
               (slab_word(2) == 2 || slab_word(2) == 4 || slab_word(2) == 8) &&
-              (slab_word(4) == 4 || slab_word(4) == 8), "slab stores words of 4 or 8 bytes");
+              (slab_word(4) == 4 || slab_word(4) == 8), "slabw stores words of 4 or 8 bytes");
 
 // Stage outer rows o0 .. o0 + rows - 1 of the axis (row_bytes each) back to back.
 __device__ __forceinline__ void slab_stage(const GatherArgs& a, u64 o0, u64 rows, u64 row_bytes,
@@ -396,7 +396,7 @@ __device__ __forceinline__ void gather_slabw(const GatherArgs& a)
                 ii[t] = ((t >= P - 1 || lane == 0) && n >= 0 && (u64)n < n_idx)
                             ? load_index(idx + n) : 0;
             }
-            // staged offsets fit in int: a group is at most CG_SLAB_MAX_STAGE bytes
+            // staged offsets fit in int: a group is at most tuning.SLAB_MAX_STAGE bytes
             int off[NI];
 #pragma unroll
             for (int t = 0; t < NI; ++t) {
