@@ -73,7 +73,7 @@ from typing import Any, Dict, List, Optional
 import numpy
 
 __all__ = ["add_arguments", "run", "tune_shape", "fit_records", "parse_where", "draw_where",
-           "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES"]
+           "shape_features", "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES"]
 
 TARGET_MS = 6.0
 MIN_SAMPLES, MAX_SAMPLES, WARMUP = 3, 15, 2
@@ -175,8 +175,7 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
     if rule_plan.main is None or rec["rule"] is None:
         rec["errors"]["plan"] = f"no candidate plan ({rule_plan.kind})"
         return rec
-    rec["features"] = features(s.row_bytes, _unit(operand, s), s.outer, s.n_indices,
-                               s.axis_len, 4 if s.index_dtype == "int32" else 8)
+    rec["features"] = shape_features(s, operand)
     ref_bytes = ref.view(numpy.uint8).reshape(-1)
     for label, kind, ru in CANDIDATES:
         if partial and kind != only:
@@ -250,10 +249,6 @@ def draw_where(n: int, seed: int, start: int = 0, where=(), max_draws: int = 1_0
     """``(index, shape)`` of the first ``n`` sweep geometries of ``seed`` from draw
     ``start`` on whose features meet every ``(feature, op, value)`` of ``where``
     (:func:`parse_where`); fewer when ``max_draws`` draws hold no more."""
-    import numpy
-
-    from ..plan.core import Operand
-    from ..plan.table import features
     from .sweep import draw_shape
 
     rng = numpy.random.default_rng(seed)
@@ -263,15 +258,24 @@ def draw_where(n: int, seed: int, start: int = 0, where=(), max_draws: int = 1_0
         if i < start:
             continue
         if where:
-            f = features(s.row_bytes, _unit(Operand.contiguous(s.shape, s.itemsize), s),
-                         s.outer, s.n_indices, s.axis_len,
-                         4 if s.index_dtype == "int32" else 8)
+            f = shape_features(s)
             if not all(_OPS[op](f[name], value) for name, op, value in where):
                 continue
         out.append((i, s))
         if len(out) == n:
             break
     return out
+
+
+def shape_features(s, operand=None) -> Dict[str, float]:
+    """The table features of sweep geometry ``s`` laid out as ``operand`` (default:
+    C-contiguous and 256-byte aligned, as the tuner allocates it)."""
+    from ..plan.core import Operand
+    from ..plan.table import features
+
+    operand = operand or Operand.contiguous(s.shape, s.itemsize)
+    return features(s.row_bytes, _unit(operand, s), s.outer, s.n_indices, s.axis_len,
+                    4 if s.index_dtype == "int32" else 8)
 
 
 def _unit(operand, s) -> int:

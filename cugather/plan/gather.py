@@ -325,7 +325,8 @@ def _slab_stage(limits: DeviceLimits) -> int:
 
 
 def _slab_word(unit: int) -> int:
-    """Output bytes per store of the slab kernel (kernels/gather.cuh slab_word)."""
+    """Output bytes per store of the slabw kernel (kernels/gather.cuh slab_word); the
+    unit itself where slabw has no word for it."""
     return max(unit, tuning.SLAB_WORD.get(unit, unit))
 
 
@@ -339,7 +340,7 @@ def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_le
     row = axis_len * unit
     target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
     # a thread takes one pick at a time, or (words) one word slot: a word of
-    # `per` picks at any phase of the row (kernels/gather.cuh gather_slab_words)
+    # `per` picks at any phase of the row (kernels/gather.cuh gather_slabw)
     per = _slab_word(unit) // unit if words else 1
     slots = (n_idx + 2 * per - 2) // per
     bx = cdiv(slots, tuning.MAX_THREADS)  # blocks that cover the indices once
@@ -353,8 +354,9 @@ def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_le
                   units=1, n_indices=n_idx, outer=n_outer,
                   n_div=make_divisor(max(n_idx, 1), 32 if math_name == "fast32" else 64),
                   chunk=group, stage_unit=unit_for(align, s_outer, row), row_unroll=1)
-    launch = Launch(KernelKey("slabw" if words else "slab", unit, index_dtype, math_name, mode), fields,
-                    (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), cdiv(group * row, 16) * 16)
+    key = KernelKey("slabw" if words else "slab", unit, index_dtype, math_name, mode)
+    launch = Launch(key, fields, (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1),
+                    cdiv(group * row, 16) * 16)
     stores = f", {per * unit} B stores of {per} picks" if per > 1 else ""
     return launch, (f"{group} outer row(s) of {row} B staged per block in shared memory, "
                     f"each index read once per group{stores}")

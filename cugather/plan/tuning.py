@@ -45,9 +45,9 @@ STAGE_ILP = 8
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024
 SLAB_BLOCKS_PER_SM = 8
-# slab: index loads per thread in flight before the first pick is written, for
-# units written one at a time; output bytes per store by unit width (4 or 8; the
-# unit itself: one unit per store), written from consecutive picks.
+# slab: index loads per thread in flight before the first pick is written.
+# slabw: output bytes per store, of consecutive picks, by unit width (4 or 8;
+# the unit itself: no slabw kernel for that unit).
 SLAB_ILP = 4
 SLAB_WORD = {1: 4, 2: 4, 4: 8}
 # window: 16-byte output chunks per thread; rows up to this many bytes take

@@ -813,7 +813,7 @@ def test_tune_where_draws_only_the_geometries_it_names():
     under its index in the draw (the sweep's shape of that index), so that a
     sparse region of the distribution can be timed more densely."""
     from cugather.bench.sweep import draw_shapes
-    from cugather.bench.tune import _unit, draw_where, parse_where
+    from cugather.bench.tune import draw_where, parse_where, shape_features
 
     where = parse_where(["unit == 4", "log2_out_bytes>=24", " log2_outer > 3 "])
     assert where == [("unit", "==", 4.0), ("log2_out_bytes", ">=", 24.0), ("log2_outer", ">", 3.0)]
@@ -822,17 +822,17 @@ def test_tune_where_draws_only_the_geometries_it_names():
     indices = [i for i, _ in got]
     assert indices == sorted(set(indices)) and indices[-1] >= 12  # some draws were skipped
     every = draw_shapes(indices[-1] + 1, 1000)
+    def meets(s):
+        f = shape_features(s)
+        return f["unit"] == 4 and f["log2_out_bytes"] >= 24 and f["log2_outer"] > 3
+
     for i, s in got:
-        assert s == every[i]
-        f = tt.features(s.row_bytes, _unit(Operand.contiguous(s.shape, s.itemsize), s),
-                        s.outer, s.n_indices, s.axis_len, 4 if s.index_dtype == "int32" else 8)
-        assert f["unit"] == 4 and f["log2_out_bytes"] >= 24 and f["log2_outer"] > 3
-    skipped = [j for j in range(indices[-1]) if j not in indices]
-    for j in skipped:  # each draw left out misses a condition
-        s = every[j]
-        f = tt.features(s.row_bytes, _unit(Operand.contiguous(s.shape, s.itemsize), s),
-                        s.outer, s.n_indices, s.axis_len, 4 if s.index_dtype == "int32" else 8)
-        assert not (f["unit"] == 4 and f["log2_out_bytes"] >= 24 and f["log2_outer"] > 3)
+        assert s == every[i] and meets(s)
+    # each draw left out misses a condition
+    assert not any(meets(every[j]) for j in range(indices[-1]) if j not in indices)
+    s = every[indices[0]]
+    assert shape_features(s) == tt.features(s.row_bytes, 4, s.outer, s.n_indices, s.axis_len,
+                                            4 if s.index_dtype == "int32" else 8)
     # without conditions: the draws from --start on, in order
     assert [i for i, _ in draw_where(3, 1000, 5)] == [5, 6, 7]
     assert draw_where(2, 1000, 0, [("unit", ">", 99.0)], max_draws=50) == []
