@@ -96,6 +96,8 @@ struct FlatArgs {
     u64 chunks;      // ceil(total / flat_units<U>())
     Divisor n_div;   // n_indices, splits a row into (outer, index position)
     Divisor unit_div; // units per row, splits a flat unit position into (row, unit)
+    u32 group;       // slabf: outer rows staged per block (0 for the other kinds)
+    u32 stage_unit;  // slabf: bytes per staging load
     u64 fill[2];
 };
 
@@ -285,16 +287,17 @@ static_assert((slab_word(1) == 1 || slab_word(1) == 4 || slab_word(1) == 8) &&
               (slab_word(2) == 2 || slab_word(2) == 4 || slab_word(2) == 8) &&
               (slab_word(4) == 4 || slab_word(4) == 8), "slabw stores words of 4 or 8 bytes");
 
-// Stage outer rows o0 .. o0 + rows - 1 of the axis (row_bytes each) back to back.
-__device__ __forceinline__ void slab_stage(const GatherArgs& a, u64 o0, u64 rows, u64 row_bytes,
-                                           unsigned char* stage)
+// Stage outer rows o0 .. o0 + rows - 1 of the axis (row_bytes each, s_outer
+// apart in data) back to back, in loads of stage_unit bytes.
+__device__ __forceinline__ void slab_stage(const char* data, i64 s_outer, u32 stage_unit, u64 o0,
+                                           u64 rows, u64 row_bytes, unsigned char* stage)
 {
     // One contiguous run when the outer rows are back to back, else row by row.
-    const bool packed = a.s_outer == (i64)row_bytes;
+    const bool packed = s_outer == (i64)row_bytes;
     for (u64 r = 0; r < (packed ? 1 : rows); ++r) {
-        const char* src = a.data + (i64)(o0 + r) * a.s_outer;
+        const char* src = data + (i64)(o0 + r) * s_outer;
         const u64 bytes = packed ? rows * row_bytes : row_bytes;
-        stage_row_by(a.stage_unit, src, stage + r * row_bytes, bytes);
+        stage_row_by(stage_unit, src, stage + r * row_bytes, bytes);
     }
 }
 
@@ -314,7 +317,7 @@ __device__ __forceinline__ void gather_slab(const GatherArgs& a)
 
     for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
         const Ix rows = (outer - o0 < group) ? outer - o0 : group;
-        slab_stage(a, o0, rows, row_bytes, stage);
+        slab_stage(a.data, a.s_outer, a.stage_unit, o0, rows, row_bytes, stage);
         __syncthreads();
         U* out = (U*)a.out + (u64)o0 * (u64)n_idx;
         const u64 step = (u64)gridDim.x * blockDim.x;
@@ -383,7 +386,7 @@ __device__ __forceinline__ void gather_slabw(const GatherArgs& a)
 
     for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
         const Ix rows = (outer - o0 < group) ? outer - o0 : group;
-        slab_stage(a, o0, rows, row_bytes, stage);
+        slab_stage(a.data, a.s_outer, a.stage_unit, o0, rows, row_bytes, stage);
         __syncthreads();
         // whole warps loop (the shuffle below); lanes past the last slot write nothing
         for (u64 k = (u64)blockIdx.x * blockDim.x + threadIdx.x; k - lane < slots;
@@ -855,6 +858,149 @@ __device__ __forceinline__ void gather_flat(const FlatArgs& a)
             for (int k = 0; k < V; ++k)
                 if (g0 + (Ix)k < total) store_stream((U*)a.out + g0 + k, v[k]);
         }
+    }
+}
+
+// Where flat reads unit u of the row of index i in outer slice o: the table in
+// global memory, through the read-only path.
+struct FlatFromData {
+    template <class U, class Ix>
+    __device__ __forceinline__ U load(const FlatArgs& a, Ix o, i64 i, Ix u) const
+    {
+        return __ldg((const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis) + u);
+    }
+};
+
+// Chunk c of flat's loop, its units read through src, the loop's invariants
+// read once by the caller.  gather_flat keeps the loop body inline: through
+// this function NVRTC builds it differently (1-byte keys: 40-93 registers
+// become 43-90), and its timings are those of the inline body.  An index load
+// per unit, though a row's units share one: loaded once per row under a branch,
+// slabf measured 1.11x flat's speed against 1.28x (BENCHMARKS.md).
+template <class U, class Idx, class M, int MODE, class Src>
+__device__ __forceinline__ void flat_chunk(const FlatArgs& a, typename M::Ix c,
+                                           typename M::Ix total, typename M::Ix units,
+                                           typename M::Ix n_idx, const Idx* idx, const Src& src)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = flat_units<U>();
+    constexpr int G = V < 4 ? V : 4;
+    const Ix g0 = c * (Ix)V;
+    Ix row, u, o, n;
+    divmod<M>(a.unit_div, g0, row, u);
+    divmod<M>(a.n_div, row, o, n);
+    U v[V];
+    bool far = false;  // wrap mode: an index outside [-s, s) in this chunk
+#pragma unroll
+    for (int k0 = 0; k0 < V; k0 += G) {
+        i64 ii[G];
+        Ix uu[G], oo[G], nn[G];
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            if (g0 + (Ix)(k0 + k) >= total) {
+                u = 0;
+                n = 0;
+                o = 0;
+            }
+            uu[k] = u;
+            oo[k] = o;
+            nn[k] = n;
+            ii[k] = load_index(idx + n);
+            if (++u == units) {
+                u = 0;
+                if (++n == n_idx) {
+                    n = 0;
+                    ++o;
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            i64 i = ii[k];
+            bool keep;
+            if (MODE == MODE_WRAP) {
+                if (i < 0) i += a.axis_len;
+                keep = (u64)i < (u64)a.axis_len;
+                far |= !keep;
+            } else {
+                keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]);
+            }
+            i = keep ? i : 0;
+            U w = src.template load<U>(a, oo[k], i, uu[k]);
+            if (may_skip<MODE>() && !keep) w = fill_at<U>(a.fill, (u64)(g0 + (Ix)(k0 + k)));
+            v[k0 + k] = w;
+        }
+    }
+    if (MODE == MODE_WRAP && far) {
+        flat_far<U, Idx, M>(a, c);
+    } else if (g0 + (Ix)V <= total) {
+        typedef typename FlatChunk<V * sizeof(U)>::T Chunk;
+        Chunk w;
+        memcpy(&w, v, sizeof(Chunk));
+        store_stream((Chunk*)a.out + c, w);
+    } else {  // the last chunk: only the units that exist
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+            if (g0 + (Ix)k < total) store_stream((U*)a.out + g0 + k, v[k]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// slabf: flat's chunks over slab's staged groups, for rows of any number of
+// units from a table whose contiguous axis rows (axis_len * units units each)
+// fit several to a block in shared memory.  blockIdx.y takes a group of
+// `group` outer rows and stages it once (slab_stage); blockIdx.x steps over
+// the chunks that start in the group's output and reads their units from
+// shared memory, where flat reads each from L2 (one sector request per unit:
+// 3-byte int8 rows of a 1.7 MB table at 25% of copy).  A chunk that runs past
+// the group's output, at most one per group, reads the table in global memory.
+// ---------------------------------------------------------------------------
+template <class Ix>
+struct FlatFromStage {
+    const unsigned char* stage;
+    Ix o0;         // the group's first outer row
+    u32 row_units; // staged units per outer row: axis_len * units
+    u32 units;
+    template <class U>
+    __device__ __forceinline__ U load(const FlatArgs&, Ix o, i64 i, Ix u) const
+    {
+        // offsets fit in u32: a group is at most tuning.SLAB_MAX_STAGE bytes
+        return ((const U*)stage)[(u32)(o - o0) * row_units + (u32)i * units + (u32)u];
+    }
+};
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_slabf(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = flat_units<U>();
+    const Ix total = (Ix)a.total;
+    const Ix units = (Ix)a.unit_div.d, n_idx = (Ix)a.n_div.d;
+    const Idx* idx = (const Idx*)a.indices;
+    if (may_skip<MODE>() && a.axis_len == 0) {
+        if (blockIdx.y == 0) gather_lean<U, Idx, M, MODE>(a);  // as flat; lean's grid is 1-D
+        return;
+    }
+    CG_DYNAMIC_SMEM(unsigned char, stage);
+    const Ix per_outer = n_idx * units;  // output units of one outer slice
+    const Ix outer = total / per_outer;
+    const Ix group = (Ix)a.group;
+    const u64 row_bytes = (u64)a.axis_len * (u64)units * sizeof(U);
+    const FlatFromData data;
+    for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
+        const Ix rows = (outer - o0 < group) ? outer - o0 : group;
+        slab_stage(a.data, a.s_outer, a.stage_unit, o0, rows, row_bytes, stage);
+        __syncthreads();
+        const FlatFromStage<Ix> staged{stage, o0, (u32)(a.axis_len * units), (u32)units};
+        const Ix begin = o0 * per_outer, end = (o0 + rows) * per_outer;
+        for (Ix c = (begin + V - 1) / V + (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x;
+             c < (end + V - 1) / V; c += (Ix)gridDim.x * (Ix)blockDim.x) {
+            if ((c + 1) * (Ix)V <= end)
+                flat_chunk<U, Idx, M, MODE>(a, c, total, units, n_idx, idx, staged);
+            else
+                flat_chunk<U, Idx, M, MODE>(a, c, total, units, n_idx, idx, data);
+        }
+        __syncthreads();
     }
 }
 

@@ -52,7 +52,10 @@ kernel's geometries, timed again with every candidate); ``--fit`` then takes
 the old records and the new ones, and a later record of the same seed and
 geometry index replaces an earlier one.  With ``--partial`` only KIND's
 candidate is timed (and nothing fitted): ``--fit`` adds those times to the
-earlier record of the same geometry.
+earlier record of the same geometry.  ``--only KIND,OTHER,...`` takes KIND's
+geometries and, with ``--partial``, times the other kinds' candidates there
+too, on the same machine in the same run (a new kernel beside the ones it
+competes with).
 
 The fit holds out every fifth geometry first and reports, on those, the mean
 slowdown against the fastest candidate of the table's choice and of the
@@ -72,7 +75,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy
 
-__all__ = ["add_arguments", "run", "tune_shape", "fit_records", "parse_where", "draw_where",
+__all__ = ["add_arguments", "run", "tune_shape", "timed_candidates", "fit_records", "parse_where", "draw_where",
            "shape_features", "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES"]
 
 TARGET_MS = 6.0
@@ -111,8 +114,9 @@ def add_arguments(p) -> None:
     p.add_argument("--min-leaf", type=int, default=MIN_LEAF, help="fewest geometries per leaf")
     p.add_argument("--penalty", type=float, default=PENALTY,
                    help=f"extra cost per log2 of slowdown beyond 2**0.25 (default {PENALTY:g})")
-    p.add_argument("--only", default=None, metavar="KIND",
-                   help="time only the geometries kernel kind KIND applies to (Gather)")
+    p.add_argument("--only", default=None, metavar="KIND[,OTHER...]",
+                   help="time only the geometries kernel kind KIND applies to (Gather); with "
+                        "--partial, the OTHER kinds' candidates there too")
     p.add_argument("--where", action="append", default=None, metavar="COND",
                    help='time only geometries whose features meet COND, "FEATURE OP VALUE" '
                         "(OP one of <= >= < > ==; repeatable; Gather only)")
@@ -137,11 +141,11 @@ def _label(plan) -> Optional[str]:
 def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
                partial: bool = False) -> Optional[Dict[str, Any]]:
     """Check and time every applicable candidate of sweep shape ``s``; its record
-    (None when kind ``only`` is given and does not apply).  ``partial``: time
-    kind ``only``'s candidates alone (a record marked ``"partial"``)."""
+    (None when ``only``, kinds separated by commas, is given and its first kind
+    does not apply).  ``partial``: time those kinds' candidates alone (a record
+    marked ``"partial"``)."""
     from ..plan.core import Operand, alignment
     from ..plan.gather import plan_gather
-    from ..plan.table import CANDIDATES, features
     from ..runtime.launch import CUDA
     from .sweep_run import make_table
 
@@ -149,7 +153,7 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
     if only is not None:  # on the layout make_table gives: C-contiguous, 256-byte aligned
         try:
             plan_gather(Operand.contiguous(s.shape, s.itemsize), s.indices, s.index_dtype,
-                        s.axis, "wrap", limits=limits, kind=only)
+                        s.axis, "wrap", limits=limits, kind=only.split(",")[0])
         except ValueError:
             return None
     rec: Dict[str, Any] = {"shape": s.as_dict(), "times": {}, "errors": {}}
@@ -177,9 +181,7 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
         return rec
     rec["features"] = shape_features(s, operand)
     ref_bytes = ref.view(numpy.uint8).reshape(-1)
-    for label, kind, ru in CANDIDATES:
-        if partial and kind != only:
-            continue
+    for label, kind, ru in timed_candidates(only, partial):
         try:
             plan = plan_gather(*args, limits=limits, kind=kind, row_unroll=ru)
         except ValueError:
@@ -191,6 +193,18 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
         rec["errors"]["rule"] = f"the rules' choice {rec['rule']} was not timed"
         rec["times"] = {}
     return rec
+
+
+def timed_candidates(only: Optional[str], partial: bool) -> list:
+    """The candidates (label, kind, rows per thread) that ``tune_shape`` times: all
+    of them, or with ``partial`` those of the kinds in ``only`` (separated by
+    commas)."""
+    from ..plan.table import CANDIDATES
+
+    if not partial or only is None:
+        return list(CANDIDATES)
+    kinds = only.split(",")
+    return [c for c in CANDIDATES if c[1] in kinds]
 
 
 def time_candidate(cp, rec: Dict[str, Any], label: str, plan, data, ptr: int, idx, ref_bytes,
@@ -422,9 +436,14 @@ def run(args) -> int:
     from ..plan.gather import GATHER_KINDS
     from ..runtime.launch import CUDA
 
-    if args.only is not None and (args.only not in GATHER_KINDS or args.op != "gather"):
-        print(f"--only must be one of {', '.join(GATHER_KINDS)} (with --op gather), got "
-              f"{args.only!r}", file=sys.stderr)
+    if args.only is not None and (any(k not in GATHER_KINDS for k in args.only.split(","))
+                                  or args.op != "gather"):
+        print(f"--only takes kinds of {', '.join(GATHER_KINDS)}, separated by commas (with "
+              f"--op gather), got {args.only!r}", file=sys.stderr)
+        return 2
+    if args.only is not None and "," in args.only and not args.partial:
+        print(f"--only {args.only}: several kinds need --partial (without it every candidate "
+              f"of the first kind's geometries is timed)", file=sys.stderr)
         return 2
     if args.partial and args.only is None:
         print("--partial needs --only KIND", file=sys.stderr)

@@ -22,7 +22,7 @@ from .keys import KernelKey
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
-                "flatv", "span", "lean", "strided")
+                "slabf", "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
@@ -160,6 +160,9 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if kind in ("flat", "flatv", "lean"):
         return _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                           math_name, max_grid or GRID_X_MAX, base, limits)
+    if kind == "slabf":
+        return _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                           math_name, max_grid, base, limits, data.align)
     if kind == "span":
         return _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                           math_name, max_grid, base)
@@ -246,7 +249,12 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
-    if kind in ("flat", "flatv") and (unit >= 16 or out_align < 16):
+    if kind == "slabf" and (s_axis not in (0, row_bytes)
+                            or axis_len * row_bytes > _slab_stage(limits)):
+        return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
+                f"in shared memory; here it is {axis_len} rows of {row_bytes} B, {s_axis} B "
+                f"apart")
+    if kind in ("flat", "flatv", "slabf") and (unit >= 16 or out_align < 16):
         return (f"units narrower than 16 bytes and a 16-byte aligned output; units here "
                 f"are {unit} B, out aligned to {out_align} B")
     if kind == "flatv" and (row_bytes != unit or n_idx % _flat_per(unit)):
@@ -416,7 +424,7 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
     # kernels/gather.cuh flat_units); plan_gather checked _unmet: the output's
     # base is 16-byte aligned, so every full chunk is one aligned store.  lean:
     # one unit per thread (a chunk of one unit).
-    per = _flat_per(unit) if kind in ("flat", "flatv") else 1
+    per = _flat_per(unit) if kind in ("flat", "flatv", "slabf") else 1
     total = n_outer * n_idx * units
     chunks = cdiv(total, per)
     # the chunk's first unit, chunks * per, is the largest numerator split
@@ -433,6 +441,33 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
                                             f"thread", **base)
     return GatherPlan(main=main, reason=f"{units} unit(s) of {unit} B per row as {chunks} "
                                         f"{per * unit}-byte chunks of {per} units", **base)
+
+
+def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
+                max_grid, base, limits, align) -> GatherPlan:
+    # Groups of outer rows as slab's (_slab_launch): whole groups where one outer
+    # row's chunks alone fill the GPU, smaller ones so that outer rows give the
+    # blocks its chunks cannot; blockIdx.x steps over the chunks of a group.
+    plan = _plan_flat("slabf", unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                      math_name, GRID_X_MAX, base, limits)
+    main = plan.main
+    row = base["bounds"][0] * units * unit  # staged bytes of one outer row
+    per = _flat_per(unit)
+    target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
+    bx = cdiv(cdiv(n_idx * units, per), tuning.MAX_THREADS)
+    fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: no row
+    group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
+    grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
+    # at most `target` blocks in all: a grid just past it leaves a last wave
+    # of a few blocks, each as long as a full one
+    group_blocks = cdiv(cdiv(group * n_idx * units, per), tuning.MAX_THREADS)
+    grid_x = min(max(1, min(group_blocks, target // grid_y)), max_grid or GRID_X_MAX)
+    fields = dict(main.fields, group=group, stage_unit=unit_for(align, s_outer, row))
+    main = Launch(main.key, fields, (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1),
+                  cdiv(group * row, 16) * 16)
+    return GatherPlan(main=main, reason=f"{group} outer row(s) of {row} B staged per block in "
+                                        f"shared memory, {units} unit(s) of {unit} B per row "
+                                        f"as {per * unit}-byte chunks", **base)
 
 
 def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out_align,

@@ -85,6 +85,15 @@ def _flat_blocks(key: "KernelKey") -> int:
     return tuning.FLAT_BLOCKS[pair]
 
 
+def _slabf_blocks(key: "KernelKey") -> int:
+    # flat's, fewer in raise mode: with the staged and the global read paths
+    # both inlined, its bounds check spills at flat's count (2-byte units with
+    # int64 indices at one fewer too)
+    if key.mode != "raise":
+        return _flat_blocks(key)
+    return max(1, _flat_blocks(key) - (2 if key.unit == 2 else 1))
+
+
 def _elements_nd_blocks(key: "KernelKey") -> int:
     # 16-byte units take 6: at 8 (32 registers) they would spill.
     return 4 if key.math != "fast32" else 6 if key.unit >= 16 else 8
@@ -122,6 +131,10 @@ _SPECS = {
     # (8-byte chunks of 1-byte units).
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),
                      min_blocks=_flat_blocks),
+    # flat's chunks over slab's staged groups of outer rows: rows of any number
+    # of units from a table whose axis rows fit in shared memory (FlatArgs).
+    "slabf": KindSpec("gather.cuh", "gather_slabf", "FlatArgs", units=(1, 2, 4, 8),
+                      min_blocks=_slabf_blocks),
     # flat for rows of one unit where the chunk's units divide the index count:
     # the chunk's indices as vector loads (FlatArgs).
     "flatv": KindSpec("gather.cuh", "gather_flatv", "FlatArgs", units=(1, 2, 4, 8),

@@ -58,6 +58,7 @@ FLAT_ARGS = numpy.dtype(POINTERS + [
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("total", "<u8"), ("chunks", "<u8"),
     ("n_div", DIVISOR), ("unit_div", DIVISOR),
+    ("group", "<u4"), ("stage_unit", "<u4"),
     FILL,
 ], align=True)
 

@@ -29,14 +29,15 @@ def _position(err: BaseException, shape) -> int:
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "window",
-                                  "pack", "flat", "span", "lean", "strided"])
+                                  "pack", "flat", "slabf", "span", "lean", "strided"])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 def test_every_gather_kind_names_the_first_of_many_bad_indices(kind, index_dtype):
     rng = np.random.default_rng(len(kind) * 7 + len(index_dtype))
     shape, axis = {"rows": ((500, 12), 0), "chunks": ((60, 1500), 0), "scalar": ((5000,), 0),
                    "inner": ((8, 3000), 1), "slab": ((8, 3000), 1), "slabw": ((8, 3000), 1),
                    "window": ((500, 19), 0),
-                   "pack": ((500, 7), 0), "flat": ((500, 7), 0), "span": ((500, 301), 0),
+                   "pack": ((500, 7), 0), "flat": ((500, 7), 0), "slabf": ((8, 300, 3), 1),
+                   "span": ((500, 301), 0),
                    "lean": ((500, 3), 0), "strided": ((40, 30), 0)}[kind]
     dtype = np.uint8 if kind in ("window", "pack", "span") else np.float32
     data = cp.asarray(rng.integers(0, 100, size=shape).astype(dtype))

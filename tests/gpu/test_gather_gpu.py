@@ -49,7 +49,7 @@ def test_take_matches_numpy(mode, axis):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "flat",
-                                  "flatv", "lean", "strided"])
+                                  "slabf", "flatv", "lean", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -61,10 +61,12 @@ def test_forced_variants(kind, math_name, mode):
     rng = np.random.default_rng(4)
     staged = kind in ("inner", "slab", "slabw")
     cols = 1 if kind in ("scalar", "flatv") or staged else 6
-    # slabw: 301 picks start the 9 outer rows at every phase of its 8-byte words
+    # slabw: 301 picks start the 9 outer rows at every phase of its 8-byte words;
+    # slabf: rows of 3 units, 9 outer rows, chunks that straddle outer rows
     data = (random_data(rng, (9, 50), "float32") if staged
+            else random_data(rng, (9, 50, 3), "float32") if kind == "slabf"
             else random_data(rng, (50, cols), "float32"))
-    axis = 1 if staged else 0
+    axis = 1 if staged or kind == "slabf" else 0
     idx = random_indices(rng, (301 if kind == "slabw" else 300,), data.shape[axis], "int64",
                          out_of_range=mode != "raise")
     op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
@@ -76,7 +78,7 @@ def test_forced_variants(kind, math_name, mode):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "window",
-                                  "pack", "flat", "flatv", "lean", "span", "strided"])
+                                  "pack", "flat", "slabf", "flatv", "lean", "span", "strided"])
 @pytest.mark.parametrize("mode", ["fill", "raise"])
 def test_empty_axis_reads_no_data(kind, mode):
     """An axis of size 0, each kind forced: fill mode fills every output unit, raise

@@ -203,6 +203,41 @@ def test_slabw_stores_words_of_picks():
     assert plan_of(((5, 50), "u1"), (300,), axis=1, kind="slab", out_align=1).kind == "slab"
 
 
+def test_slabf_stages_groups_of_outer_rows():
+    """slabf: as many outer rows per group as SLAB_MAX_STAGE holds where one outer
+    row's chunks fill the GPU, fewer where the outer rows must give the blocks;
+    never more than SLAB_BLOCKS_PER_SM blocks per SM in all; the group's axis rows
+    as its shared memory."""
+    from cugather.plan import tuning
+
+    limits = DeviceLimits(132, 232448)
+    target = tuning.SLAB_BLOCKS_PER_SM * 132
+    # 3-byte rows, 1725 B axis rows: 14 of them in 24 KB; 210366 picks fill the GPU
+    p = plan_of(((15, 70, 575, 3), "i1"), (210366,), axis=2, kind="slabf", limits=limits)
+    assert (p.key.kind, p.key.unit) == ("slabf", 1)
+    assert p.fields["group"] == tuning.SLAB_MAX_STAGE // 1725 == 14
+    assert p.grid == (target // 75, 75, 1)  # 1050 outer rows in groups of 14
+    assert p.main.shared_mem == math.ceil(14 * 1725 / 16) * 16
+    assert p.fields["stage_unit"] == 1 and p.fields["unit_div"][0] == 3
+    # 7-byte rows of a 14 KB table: 683 outer rows and 88 blocks of chunks per row
+    p = plan_of(((683, 3, 1, 7), "i1"), (25724,), axis=1, kind="slabf", limits=limits)
+    assert p.fields["group"] == math.ceil(683 * 88 / target) == 57
+    assert p.grid == (88, 12, 1) and p.main.shared_mem == math.ceil(57 * 21 / 16) * 16
+    # few picks: a group per outer row; 8-byte staging loads of 24-byte rows
+    p = plan_of(((40, 30, 6), "f4"), (10,), axis=1, kind="slabf", limits=limits)
+    assert p.fields["group"] == 1 and p.grid == (1, 40, 1)
+    assert p.fields["stage_unit"] == 16 and p.key.unit == 8
+    assert "1 outer row(s) of 720 B staged per block" in p.describe()
+    with pytest.raises(ValueError, match="'slabf' needs a contiguous gathered axis of at "
+                                         "most 24576 bytes"):
+        plan_of(((10, 7000, 4), "u1"), (30,), axis=1, kind="slabf", limits=limits)
+    with pytest.raises(ValueError, match="'slabf' needs a contiguous gathered axis"):
+        plan_of(Operand((5, 3), (24, 4), 4), (3,), axis=0, kind="slabf")
+    with pytest.raises(ValueError, match="'slabf' needs units narrower than 16 bytes and a "
+                                         "16-byte aligned output"):
+        plan_of(((5, 50, 3), "u1"), (30,), axis=1, kind="slabf", out_align=8)
+
+
 @pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy", "fill", "raise"])
 @pytest.mark.parametrize("shape,axis,dtype,unit", [
     ((2, 2, 2, 1), 3, "f2", 2), ((1, 25), 0, "f4", 4), ((9, 1, 4), 1, "c16", 8),

@@ -36,7 +36,9 @@ def _record(rng, best_of):
                         int(rng.integers(1, 1000)), int(rng.integers(1, 1 << 20)),
                         int(rng.integers(1, 1 << 16)), int(rng.choice([4, 8])))
     best = best_of(feats)
-    times = {c[0]: 1.0 + rng.random() * 0.05 for c in tt.CANDIDATES}
+    # 64 draws whatever the number of candidates: the next record's features stay
+    noise = rng.random(64)
+    times = {c[0]: 1.0 + noise[i] * 0.05 for i, c in enumerate(tt.CANDIDATES)}
     times = {k: v * (1.0 if k == best else 2.0) for k, v in times.items()}
     return {"features": feats, "times": times, "rule": "rows/1"}
 
@@ -399,14 +401,17 @@ def test_the_shipped_table_leaves_rows_its_leaf_never_saw_to_the_rules():
     p = plan_gather(Operand.contiguous((6, 6854604, 75), 1), (65616,), "int32", 1, "wrap",
                     limits=SM90)
     assert p.kind == "window"
-    # 416-byte rows of 1-byte units (held-out seed 3907), longer than the rows of
-    # every geometry of their leaf
+    # 416-byte rows of 1-byte units (held-out seed 3907): rows, as the rules say
     p = plan_gather(Operand.contiguous((2277, 41, 4, 104), 1), (34,), "int64", 1, "wrap",
                     limits=SM90)
-    m = re.search(r"log2_row_bytes 8\.70044 outside the 4 to ([0-9.]+) of the geometries "
-                  r"its leaf", p.chosen_by)
-    assert m and float(m.group(1)) < 8.70044, p.chosen_by
     assert p.kind == "rows"
+    # 3-byte rows (held-out seed 9241), shorter than the rows of every geometry of
+    # their leaf
+    p = plan_gather(Operand.contiguous((15, 70, 575, 3), 1), (210366,), "int32", 2, "wrap",
+                    limits=SM90)
+    m = re.search(r"log2_row_bytes 1\.58496 outside the ([0-9.]+) to [0-9.]+ of the geometries "
+                  r"its leaf", p.chosen_by)
+    assert m and float(m.group(1)) > 1.58496, p.chosen_by
 
 
 def test_the_rules_decide_where_the_table_cannot(monkeypatch, tmp_path):
@@ -472,7 +477,7 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
                                                          {"choice": label, "leaf": 0})))
         tt.clear_tables()
         shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab", "slabw", "flatv") else
-                       ((300, 7), 0) if kind in ("pack", "flat", "lean") else
+                       ((300, 7), 0) if kind in ("pack", "flat", "slabf", "lean") else
                        ((300, 70), 0) if kind == "span" else ((300, 24), 0))
         # pack takes rows of 1- and 2-byte units (table.declines)
         p = _plan(shape, "int8" if kind == "pack" else "float32", axis,
@@ -889,3 +894,20 @@ def test_tune_where_records_each_geometry_under_its_draw_index(tmp_path, monkeyp
     assert [s for s, _ in seen] == [s for _, s in want]
     assert [g for _, g in seen] == [1000 * 1_000_003 + i for i, _ in want]
     assert all(r["shape"] == s.as_dict() for r, (_, s) in zip(lines, want))
+
+
+def test_tune_only_several_kinds_times_them_on_the_first_kinds_geometries(capsys):
+    """``--only slabf,flat --partial``: slabf's geometries, slabf's and flat's
+    candidates timed there; several kinds without --partial, or an unknown kind,
+    are refused with the reason."""
+    from cugather.bench.tune import timed_candidates
+    from cugather.cli.main import main
+
+    assert [c[0] for c in timed_candidates("slabf,flat", True)] == ["flat", "slabf"]
+    assert [c[0] for c in timed_candidates("rows", True)] == ["rows/1", "rows/2", "rows/4"]
+    assert timed_candidates("slabf,flat", False) == list(tt.CANDIDATES)
+    assert timed_candidates(None, False) == list(tt.CANDIDATES)
+    assert main(["tune", "--only", "slabf,flat"]) == 2
+    assert "several kinds need --partial" in capsys.readouterr().err
+    assert main(["tune", "--only", "slabf,flot", "--partial"]) == 2
+    assert "got 'slabf,flot'" in capsys.readouterr().err

@@ -61,9 +61,9 @@ KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
-                "flatv", "span", "lean", "strided", "bcast")
+                "slabf", "flatv", "span", "lean", "strided", "bcast")
 # kinds that stage data in shared memory
-SHARED_KINDS = ("inner", "slab", "slabw", "span", "elements_row")
+SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "span", "elements_row")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,10 @@ CANDIDATES = {
     "pack": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1)],
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((6, 30), 1, (50,))],
+    # groups of three outer rows (2200 of them fill the GPU) whose output no chunk
+    # width divides, on a grid that loops over groups and chunks
+    "slabf": [Geometry((2200, 3, 5), 1, (11,), max_grid=2), Geometry((6, 40, 7), 1, (300,)),
+              Geometry((40,), 0, (3, 7))],
     "flatv": [Geometry((2, 50), 1, (1600,)), Geometry((6, 30), 1, (5, 8), max_grid=1),
               Geometry((40,), 0, (8, 3))],
     "span": [Geometry((50, 301), 0, (33,)), Geometry((3, 7, 301), 1, (5,), max_grid=1),
