@@ -873,10 +873,11 @@ struct FlatFromData {
 
 // Chunk c of flat's loop, its units read through src, the loop's invariants
 // read once by the caller.  gather_flat keeps the loop body inline: through
-// this function NVRTC builds it differently (1-byte keys: 40-93 registers
-// become 43-90), and its timings are those of the inline body.  An index load
-// per unit, though a row's units share one: loaded once per row under a branch,
-// slabf measured 1.11x flat's speed against 1.28x (BENCHMARKS.md).
+// this function NVRTC builds it differently (1-byte keys: 46-93 registers
+// become 40-90), and its timings are those of the inline body.  An index load
+// per unit, though a row's units share one: loaded once per row under a
+// branch, slabf ran rows of several 1-byte units at 1.10-1.14x flat's speed
+// against 1.20-1.30x (BENCHMARKS.md).
 template <class U, class Idx, class M, int MODE, class Src>
 __device__ __forceinline__ void flat_chunk(const FlatArgs& a, typename M::Ix c,
                                            typename M::Ix total, typename M::Ix units,

@@ -34,10 +34,15 @@ then ``...-seed1002.jsonl.gz`` (a third run, ``--seed 1002``), then the
 ``-span2`` and ``-slab`` records of the three seeds (``--only span --partial``,
 ``--only slab --partial``: the staged span kernel and slab's index loads in
 flight), then their ``-slab2`` and ``-slabw`` records (``--only slab
---partial``, ``--only slabw --partial``, timed together), with ``--min-leaf 6
---penalty 4`` (fitted on two seeds and scored on the third, 1.0167x, 1.0172x
-and 1.0161x the fastest candidate; at the default penalty every fit of the
-round before moved one fixed-suite case to a kernel 1.7x slower there).
+--partial``, ``--only slabw --partial``, timed together), then their
+``-slabf`` records (``--only slabf,flat --partial``), then
+``...-seed1003-where.jsonl.gz`` (``--seed 1003 --geometries 300`` with four
+``--where`` conditions: one-unit rows of at most 4 bytes, 16 or more outer
+rows, 16 MiB or more out), with ``--min-leaf 6 --penalty 4`` (fitted on two
+of the first three seeds and scored on the third, 1.0050x, 1.0014x and
+1.0025x the fastest candidate other than span, slab, slabw and slabf; at the
+default penalty every fit of an earlier round moved one fixed-suite case to a
+kernel 1.7x slower there).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
@@ -75,7 +80,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy
 
-__all__ = ["add_arguments", "run", "tune_shape", "timed_candidates", "fit_records", "parse_where", "draw_where",
+__all__ = ["add_arguments", "run", "tune_shape", "timed_candidates", "fit_records", "parse_where",
+           "draw_where",
            "shape_features", "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES"]
 
 TARGET_MS = 6.0

@@ -204,12 +204,14 @@ def _flat(key: KernelKey) -> list:
 def _slabf(key: KernelKey) -> list:
     # flat's chunks over staged groups of outer rows: groups of three rows whose
     # output (165 units) no chunk width divides, so that a chunk runs past each
-    # group and reads the table in global memory, on a grid of 2 x 2 that loops
-    # over groups and chunks; a group per block; rows of one unit; outer rows
-    # not back to back (staged row by row); a misaligned table (1-unit staging
-    # loads); an axis of length 1; one outer slice.
+    # group and reads the table in global memory, two blocks looping over the
+    # groups; one block looping over the groups and over each group's chunks; a
+    # group per block; rows of one unit; outer rows not back to back (staged row
+    # by row); a misaligned table (1-unit staging loads); an axis of length 1;
+    # one outer slice.
     return [
         Case((2200, 3, 5), axis=1, index_shape=(11,), **_common(key, "groups", max_grid=2)),
+        Case((3, 40, 7), axis=1, index_shape=(1300,), **_common(key, "loop", max_grid=1)),
         Case((6, 40, 7), axis=1, index_shape=(300,), **_common(key, "blocks")),
         Case((9, 50), axis=1, index_shape=(301,), **_common(key, "one-unit", max_grid=3)),
         Case((4, 30), axis=1, index_shape=(41,), layout="sliced", **_common(key, "sliced")),

@@ -387,7 +387,8 @@ def test_a_leaf_speaks_only_for_the_row_sizes_and_units_it_was_fitted_on(monkeyp
                                 "log2_row_bytes 6.22882 outside the 1.5 to 4.2 of the geometries "
                                 "its leaf 4 was fitted on)")
     p = _plan((1000, 3), "float32", 0, 100000)        # 12-byte rows of 4-byte units
-    assert p.kind == "rows" and "unit 4 outside the 1 to 2" in p.chosen_by
+    assert p.kind == "flat" and "unit 4 outside the 1 to 2" in p.chosen_by
+    assert p.chosen_by.startswith("rule: rows of several units, under 16 B")
     p = _plan((1000, 75), "uint8", 0, 5000)           # a short call beyond the leaf's rows
     assert p.kind == "chunks" and p.chosen_by.startswith("rule: a short call")
 

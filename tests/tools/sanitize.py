@@ -103,9 +103,10 @@ CANDIDATES = {
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((6, 30), 1, (50,))],
     # groups of three outer rows (2200 of them fill the GPU) whose output no chunk
-    # width divides, on a grid that loops over groups and chunks
+    # width divides, two blocks looping over them; one block looping over groups
+    # and chunks
     "slabf": [Geometry((2200, 3, 5), 1, (11,), max_grid=2), Geometry((6, 40, 7), 1, (300,)),
-              Geometry((40,), 0, (3, 7))],
+              Geometry((3, 40, 7), 1, (1300,), max_grid=1), Geometry((40,), 0, (3, 7))],
     "flatv": [Geometry((2, 50), 1, (1600,)), Geometry((6, 30), 1, (5, 8), max_grid=1),
               Geometry((40,), 0, (8, 3))],
     "span": [Geometry((50, 301), 0, (33,)), Geometry((3, 7, 301), 1, (5,), max_grid=1),
