@@ -429,15 +429,10 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
     # kernels/gather.cuh flat_units); plan_gather checked _unmet: the output's
     # base is 16-byte aligned, so every full chunk is one aligned store.  lean:
     # one unit per thread (a chunk of one unit).
-    per = _flat_per(unit) if kind in ("flat", "flatv", "slabf") else 1
-    total = n_outer * n_idx * units
-    chunks = cdiv(total, per)
-    # the chunk's first unit, chunks * per, is the largest numerator split
-    mname = index_math(max(chunks * per, n_outer * n_idx, n_idx, n_outer), math_name)
-    bits = 32 if mname == "fast32" else 64
-    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], total=total,
-                  chunks=chunks, n_div=make_divisor(max(n_idx, 1), bits),
-                  unit_div=make_divisor(units, bits))
+    per = _flat_per(unit) if kind in ("flat", "flatv") else 1
+    mname, fields = _flat_fields(per, units, n_outer, s_outer, s_axis, base["bounds"][0], n_idx,
+                                 math_name)
+    chunks = fields["chunks"]
     threads = _spread(chunks, tuning.MAX_THREADS, limits)
     grid = (min(cdiv(chunks, threads), grid_cap), 1, 1)
     main = Launch(KernelKey(kind, unit, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
@@ -448,16 +443,28 @@ def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, 
                                         f"{per * unit}-byte chunks of {per} units", **base)
 
 
+def _flat_fields(per: int, units: int, n_outer: int, s_outer: int, s_axis: int, axis_len: int,
+                 n_idx: int, math_name: Optional[str]) -> Tuple[str, dict]:
+    """(index math, FlatArgs fields) of the flat kinds' chunks of ``per`` units."""
+    total = n_outer * n_idx * units
+    chunks = cdiv(total, per)
+    # the chunk's first unit, chunks * per, is the largest numerator split
+    mname = index_math(max(chunks * per, n_outer * n_idx, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
+    return mname, dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, total=total,
+                       chunks=chunks, n_div=make_divisor(max(n_idx, 1), bits),
+                       unit_div=make_divisor(units, bits))
+
+
 def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
                 max_grid, base, limits, align) -> GatherPlan:
     # Groups of outer rows as slab's (_slab_launch): whole groups where one outer
     # row's chunks alone fill the GPU, smaller ones so that outer rows give the
     # blocks its chunks cannot; blockIdx.x steps over the chunks of a group.
-    plan = _plan_flat("slabf", unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
-                      math_name, GRID_X_MAX, base, limits)
-    main = plan.main
-    row = base["bounds"][0] * units * unit  # staged bytes of one outer row
     per = _flat_per(unit)
+    mname, fields = _flat_fields(per, units, n_outer, s_outer, s_axis, base["bounds"][0], n_idx,
+                                 math_name)
+    row = base["bounds"][0] * units * unit  # staged bytes of one outer row
     target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
     bx = cdiv(cdiv(n_idx * units, per), tuning.MAX_THREADS)
     fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: no row
@@ -467,9 +474,9 @@ def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
     # of a few blocks, each as long as a full one
     group_blocks = cdiv(cdiv(group * n_idx * units, per), tuning.MAX_THREADS)
     grid_x = min(max(1, min(group_blocks, target // grid_y)), max_grid or GRID_X_MAX)
-    fields = dict(main.fields, group=group, stage_unit=unit_for(align, s_outer, row))
-    main = Launch(main.key, fields, (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1),
-                  cdiv(group * row, 16) * 16)
+    fields.update(group=group, stage_unit=unit_for(align, s_outer, row))
+    main = Launch(KernelKey("slabf", unit, index_dtype, mname, mode), fields,
+                  (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), cdiv(group * row, 16) * 16)
     return GatherPlan(main=main, reason=f"{group} outer row(s) of {row} B staged per block in "
                                         f"shared memory, {units} unit(s) of {unit} B per row "
                                         f"as {per * unit}-byte chunks", **base)
@@ -487,12 +494,8 @@ def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out
     unit = min(unit, 8)
     units = row_bytes // unit
     per = _flat_per(unit)
-    total = n_outer * n_idx * units
-    chunks = cdiv(total, per)
-    mname = index_math(max(chunks * per, n_outer * n_idx, n_idx, n_outer), math_name)
-    bits = 32 if mname == "fast32" else 64
-    fields = dict(s_outer=s_outer, s_axis=0, axis_len=1, total=total, chunks=chunks,
-                  n_div=make_divisor(max(n_idx, 1), bits), unit_div=make_divisor(units, bits))
+    mname, fields = _flat_fields(per, units, n_outer, s_outer, 0, 1, n_idx, math_name)
+    chunks = fields["chunks"]
     threads = _spread(chunks, tuning.MAX_THREADS, limits)
     grid = (min(cdiv(chunks, threads), grid_cap), 1, 1)
     main = Launch(KernelKey("bcast", unit, index_dtype, mname, "wrap"), fields, grid,
