@@ -13,12 +13,12 @@ NVRTC through CuPy:
   tvseg    seg's code with scalar params: rows in a grid-stride loop, the row
            split by fast_divmod, wrap mode's range test, 64-bit addresses
   tvseglb  tvseg under __launch_bounds__(256, 8), as seg is built
-  tvrows, tvdiv, tvwrap
+  tvrows, tvdiv, tvwrap (from bisect-2.json on)
            tv plus one part of seg: the grid-stride loop over rows, the
            fast_divmod split, wrap mode's range test; tvwrapo that test with
            its rare path (a division) in a function of its own; tvall all
            three, tvallo all three with the rare path out of line
-  tvS      tv reading its params from a 136-byte struct laid out as GatherArgs
+  tvS      tv reading its params from a 144-byte struct laid out as GatherArgs
            (one kernel parameter, launched by cuLaunchKernel as cugather does)
   seg      seg, a kernel kind of this shape tried in the library and not kept
            (seg-kernel.diff against cugather 1145da3 adds it), through the
@@ -27,7 +27,7 @@ NVRTC through CuPy:
            bisect-3.json with the one in the diff (index positions over x,
            outer slices over z, loops tested after their first pass)
   lean     the library's lean kernel (lean forced; where its output limit
-           allows)
+           allows; added after the three runs)
 
 Every output is checked against cupy.take.  Medians of 60 calls, each between
 two events behind a holding kernel, microseconds.

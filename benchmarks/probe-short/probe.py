@@ -8,17 +8,24 @@ of 384 B to 63 KB (tables larger than L2 cut to a few hundred MB, still larger
 than L2).  For each: the device copy of the output bytes, the library's plan;
 the chunks kernel with one row per block and blocks of 256, 128, 64 and 32
 threads, the row split over blockIdx.y into as many chunks as that takes
-("c256" ... "c32"), and with the plan's block; rows, lean, flat, span and
-seg forced (lean past its output limit), seg also with blocks of 128 and 64
-threads ("seg128", "seg64"; seg, a kernel kind tried and not kept, runs only
-with seg-kernel.diff applied: results-seg.json its first form, rows over
-blockIdx.x split by fast_divmod, results-seg-3d.json the form in the diff;
-results-first.json is the run before it, lean's limit lifted for the plan
-too); "tv", a kernel of torch's structure (one block
-row per index, one 16-byte load per thread, written here and launched
-through CuPy; "tvcs" the same with evict-first stores); cupy.take and torch.index_select.  Every result is
-checked against cupy.take.  Medians of 60 calls, each between two events
-behind a holding kernel (the sweep's timing), microseconds.
+("c256" ... "c32"), and with the plan's block; rows, lean, flat, span and seg
+forced (lean past its output limit), seg also with blocks of 128 and 64
+threads ("seg128", "seg64"); "tv", a kernel of torch's structure (one block
+row per index, one 16-byte load per thread, written here and launched through
+CuPy), and "tvcs", the same with evict-first stores; cupy.take and
+torch.index_select.  Every result is checked against cupy.take.  Medians of 60
+calls, each between two events behind a holding kernel (the sweep's timing),
+microseconds.
+
+seg, a kernel kind tried and not kept, runs only with seg-kernel.diff applied.
+The result files:
+  results-first.json   before seg, lean's limit lifted for the plan too
+  results-seg.json     seg's first form (rows over blockIdx.x, split by
+                       fast_divmod)
+  results-seg-3d.json  the form in the diff
+  results-lean.json    with lean-limit.diff applied and
+                       CUGATHER_TUNING=benchmarks/probe-short/sm_90-lean.json,
+                       one more case (416-byte rows)
 """
 import dataclasses, json, os
 import numpy as np
