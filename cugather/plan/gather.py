@@ -213,9 +213,13 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
     """The inner kernel over ``n_outer`` rows of ``axis_len`` one-unit elements,
     the same ``n_idx`` picks from each."""
     row = axis_len * unit
-    # Enough blocks to fill the GPU when there are few outer rows; every
+    # Enough blocks to fill the GPU when there are few outer rows, and chunks
+    # of at most INNER_CHUNK_BYTES out (or INNER_ROW_CHUNKS staged rows): every
     # chunk of a row stages that row again (from L2: its blocks are adjacent).
-    chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS), cdiv(4 * limits.sm_count, n_outer)))
+    target = max(tuning.INNER_CHUNK_BYTES, tuning.INNER_ROW_CHUNKS * row)
+    chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS),
+                        max(cdiv(tuning.INNER_SM_BLOCKS * limits.sm_count, n_outer),
+                            cdiv(n_idx * unit, target) if target else 1)))
     chunk = cdiv(cdiv(n_idx, chunks), tuning.MAX_THREADS) * tuning.MAX_THREADS
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=n_outer * n_idx,
                   units=1, n_indices=n_idx, outer=n_outer,

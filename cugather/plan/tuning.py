@@ -41,6 +41,16 @@ SPREAD_MIN_THREADS = 64
 SCALAR_ILP = 2
 # inner: loads in flight per thread while a row is staged in shared memory.
 STAGE_ILP = 8
+# inner: an outer row's picks split into chunks, a block each, every block
+# staging the row again: at least INNER_SM_BLOCKS blocks per SM, and chunks of
+# at most INNER_CHUNK_BYTES out or INNER_ROW_CHUNKS staged rows, the larger.
+# H200, the 59 sweep geometries inner runs with few outer rows
+# (benchmarks/probe-inner): 32 KiB or one row 1.13x faster than blocks per SM
+# alone (geomean; 0.45x to 0.89x the best peer on the worst), 16 KiB 1.05x,
+# 64 KiB 1.11x; 8 blocks per SM 1.01x.
+INNER_SM_BLOCKS = 4
+INNER_CHUNK_BYTES = 32 << 10
+INNER_ROW_CHUNKS = 1
 # slab: shared memory a block stages outer rows into at most (24 KB: 8 blocks of
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024

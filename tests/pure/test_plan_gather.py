@@ -241,6 +241,35 @@ def test_slabf_stages_groups_of_outer_rows():
         plan_of(((5, 50, 3), "u1"), (30,), axis=1, kind="slabf", out_align=8)
 
 
+def test_inner_splits_an_outer_rows_picks_into_chunks_of_32_kib_or_one_staged_row():
+    """inner: an outer row's picks in chunks of 256-pick blocks, each chunk at most
+    INNER_CHUNK_BYTES out or one staged row (the larger), rounded up to a block,
+    with at least INNER_SM_BLOCKS blocks per SM; each chunk stages its row again,
+    so many outer rows of few picks keep one chunk per row."""
+    from cugather.plan import tuning
+
+    limits = DeviceLimits(132, 232448)
+
+    def chunks(shape, dtype, n_idx, axis):
+        p = plan_of((shape, dtype), (n_idx,), axis=axis, kind="inner", limits=limits)
+        f = p.fields
+        assert f["chunk"] % 256 == 0 and p.grid[0] == -(-n_idx // f["chunk"])
+        return p.grid[0], f["chunk"], p.main.shared_mem
+
+    # 37 rows of 5740 float32 (22960 B), 3.6M picks each: 32 KiB chunks, not the 15
+    # chunks of 243200 picks that 4 blocks per SM asked (0.45x the best peer, H200)
+    assert chunks((1, 37, 5740), "f4", 3645930, 2) == (446, 8192, 22960)
+    # a 47712 B row (complex128): chunks of one row, rounded up to 256 picks
+    n, chunk, _ = chunks((7, 2982), "c16", 415359, 1)
+    assert chunk == 3072 and (chunk - 256) * 16 < 2982 * 16 < chunk * 16
+    # 5 rows of 30000 picks (117 KB out each): blocks per SM decide, 106 chunks a
+    # row asked, 59 of 512 picks once rounded up to whole blocks
+    assert -(-tuning.INNER_SM_BLOCKS * 132 // 5) == 106
+    assert chunks((5, 4000), "f4", 30000, 1)[:2] == (59, 512)
+    # many outer rows, 16 KB of picks each: one chunk per row (inner_axis_f32)
+    assert chunks((8192, 8192), "f4", 4096, 1)[:2] == (1, 4096)
+
+
 @pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy", "fill", "raise"])
 @pytest.mark.parametrize("shape,axis,dtype,unit", [
     ((2, 2, 2, 1), 3, "f2", 2), ((1, 25), 0, "f4", 4), ((9, 1, 4), 1, "c16", 8),
