@@ -45,9 +45,10 @@ STAGE_ILP = 8
 # staging the row again: at least INNER_SM_BLOCKS blocks per SM, and chunks of
 # at most INNER_CHUNK_BYTES out or INNER_ROW_CHUNKS staged rows, the larger.
 # H200, the 59 sweep geometries inner runs with few outer rows
-# (benchmarks/probe-inner): 32 KiB or one row 1.13x faster than blocks per SM
-# alone (geomean; 0.45x to 0.89x the best peer on the worst), 16 KiB 1.05x,
-# 64 KiB 1.11x; 8 blocks per SM 1.01x.
+# (benchmarks/probe-inner): 32 KiB or one row 1.13x as fast as 4 blocks per SM
+# alone (geometric mean; the worst, 37 rows of 22960 B with 3.6M picks each,
+# from 0.45x to 0.89x the best peer), 16 KiB 1.05x, 64 KiB 1.11x, 8 blocks
+# per SM alone 1.01x.
 INNER_SM_BLOCKS = 4
 INNER_CHUNK_BYTES = 32 << 10
 INNER_ROW_CHUNKS = 1
