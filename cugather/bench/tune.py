@@ -117,6 +117,10 @@ def add_arguments(p) -> None:
     p.add_argument("--fit", nargs="+", default=None, metavar="RECORDS",
                    help="fit from these record files only (JSON lines, or .gz of them; no GPU "
                         "needed)")
+    p.add_argument("--base", default=None, metavar="TABLE",
+                   help="with --fit: keep this table's splits and fit each of its leaves "
+                        "again from the records that fall in it (a leaf no new record falls "
+                        "in comes out as it was, if the records include the table's own)")
     p.add_argument("--min-leaf", type=int, default=MIN_LEAF, help="fewest geometries per leaf")
     p.add_argument("--penalty", type=float, default=PENALTY,
                    help=f"extra cost per log2 of slowdown beyond 2**0.25 (default {PENALTY:g})")
@@ -339,8 +343,9 @@ def _refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = MIN_LEAF,
-                penalty: float = PENALTY, op: str = "gather"):
-    """(table fitted on every record, held-out report) of ``op``'s records."""
+                penalty: float = PENALTY, op: str = "gather", base=None):
+    """(table fitted on every record, held-out report) of ``op``'s records; with
+    ``base`` (a table), under its splits (:func:`cugather.plan.table.fit`)."""
     from ..plan.table import fit, spec_of
 
     spec = spec_of(op)
@@ -350,10 +355,12 @@ def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: i
     train = [r for i, r in enumerate(usable) if i % HOLDOUT_EVERY]
     held = [r for i, r in enumerate(usable) if not i % HOLDOUT_EVERY]
     report: Dict[str, Any] = {"geometries": len(usable), "held_out": len(held)}
+    if base is not None:  # the base's splits may have seen the held-out fifth
+        report["under_base"] = True
     if train and held:
-        trial = fit(train, meta, min_leaf=min_leaf, penalty=penalty, spec=spec)
+        trial = fit(train, meta, min_leaf=min_leaf, penalty=penalty, spec=spec, base=base)
         report.update(_slowdowns(trial, held))
-    table = fit(usable, meta, min_leaf=min_leaf, penalty=penalty, spec=spec)
+    table = fit(usable, meta, min_leaf=min_leaf, penalty=penalty, spec=spec, base=base)
     report["fitted_on_all"] = _slowdowns(table, usable)
     table.meta["held_out"] = report
     return table, report
@@ -432,11 +439,21 @@ def run(args) -> int:
                 "command": ("python -m cugather tune --fit " + " ".join(args.fit)
                             + (f" --min-leaf {args.min_leaf}"
                                if args.min_leaf != MIN_LEAF else "")
-                            + (f" --penalty {args.penalty:g}" if args.penalty != PENALTY else "")),
+                            + (f" --penalty {args.penalty:g}" if args.penalty != PENALTY else "")
+                            + (f" --base {args.base}" if args.base else "")),
                 "fitted": time.strftime("%Y-%m-%d"),
                 "seeds": sorted({r["seed"] for r in records if "seed" in r})}
+        base = None
+        if args.base:
+            from ..plan.table import TableError, load_table
+
+            try:
+                base = load_table(args.base)
+            except (OSError, TableError) as e:
+                print(f"--base {args.base}: {e}", file=sys.stderr)
+                return 2
         return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,
-                      op, args.penalty)
+                      op, args.penalty, base)
 
     from .. import validate
     from ..plan.gather import GATHER_KINDS
@@ -513,8 +530,8 @@ def run(args) -> int:
 
 
 def _write(records, meta, out: str, min_leaf: int, op: str = "gather",
-           penalty: float = PENALTY) -> int:
-    table, report = fit_records(records, meta, min_leaf, penalty, op=op)
+           penalty: float = PENALTY, base=None) -> int:
+    table, report = fit_records(records, meta, min_leaf, penalty, op=op, base=base)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")

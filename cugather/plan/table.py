@@ -487,7 +487,8 @@ def _find(arch: str, spec: TableSpec) -> Optional[TuningTable]:
 # ---------------------------------------------------------------- fitting
 def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: int = 12,
         max_depth: int = 12, min_gain: float = 0.02, penalty: float = 0.0,
-        tolerance: float = 0.25, spec: TableSpec = GATHER) -> TuningTable:
+        tolerance: float = 0.25, spec: TableSpec = GATHER,
+        base: Optional[TuningTable] = None) -> TuningTable:
     """Fit a table to timed geometries.
 
     Parameters
@@ -511,6 +512,12 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         average but far off on some of its geometries.
     spec : TableSpec
         The op whose candidates and features the records carry.
+    base : TuningTable, optional
+        Keep this table's splits and grow each of its leaves again from the
+        records that fall in it; a leaf no record falls in is kept as it is.
+        Refitted on the records it was fitted on plus new ones, the table
+        changes only where the new records lie (a full fit moves splits
+        everywhere).
 
     Each geometry's cost of a candidate is ``log2(time / fastest time)``; a
     candidate that does not apply costs what the rule's choice costs (the
@@ -617,7 +624,26 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         return {"feature": features_[fi], "threshold": round(float(t), 6),
                 "n": len(idx), "le": grow(le, depth + 1), "gt": grow(gt, depth + 1)}
 
-    tree = grow(numpy.arange(len(rows)), 0)
+    def renumber(node: Dict[str, Any]) -> Dict[str, Any]:
+        if "feature" in node:
+            return dict(node, le=renumber(node["le"]), gt=renumber(node["gt"]))
+        ids[0] += 1
+        return dict(node, leaf=ids[0] - 1)
+
+    def grow_under(node: Dict[str, Any], idx: Any, depth: int) -> Dict[str, Any]:
+        if not len(idx):
+            return renumber(node)
+        if "feature" not in node:
+            return grow(idx, depth)
+        fi = features_.index(node["feature"])
+        le, gt = idx[X[idx, fi] <= node["threshold"]], idx[X[idx, fi] > node["threshold"]]
+        return dict(node, n=len(idx), le=grow_under(node["le"], le, depth + 1),
+                    gt=grow_under(node["gt"], gt, depth + 1))
+
+    if base is not None and base.op != spec.op:
+        raise ValueError(f"base is a table of {base.op!r}, the records are of {spec.op!r}")
+    tree = (grow(numpy.arange(len(rows)), 0) if base is None
+            else grow_under(base.to_dict()["tree"], numpy.arange(len(rows)), 0))
     ranges = {f: [float(X[:, i].min()) - (RANGE_SLACK if f.startswith("log2_") else 0.0),
                   float(X[:, i].max()) + (RANGE_SLACK if f.startswith("log2_") else 0.0)]
               for i, f in enumerate(features_)}

@@ -535,6 +535,95 @@ def test_tune_fit_writes_a_table_the_planner_reads(tmp_path, monkeypatch):
             == f"python -m cugather tune --fit {path} --min-leaf 4 --penalty 0.5")
 
 
+def _long_rows(n, seed):
+    """Records of rows of 8-64 KB (longer than any of _synthetic's), chunks fastest."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        r = _record(rng, lambda f: "chunks")
+        r["features"] = tt.features(int(rng.integers(8192, 65536)), 16,
+                                    int(rng.integers(1, 1000)), int(rng.integers(1, 1 << 20)),
+                                    int(rng.integers(1, 1 << 16)), 8)
+        out.append(r)
+    return out
+
+
+def test_a_fit_under_a_base_table_changes_only_the_leaves_new_records_fall_in():
+    """fit(..., base=T): T's splits kept; a leaf no new record falls in comes out as
+    it was (fitted again on the same records), the others are grown again."""
+    records, rule = _synthetic(600)
+    base = tt.fit(records, {"arch": "sm_90"}, min_leaf=10)
+    assert tt.fit(records, {"arch": "sm_90"}, min_leaf=10, base=base).tree == base.tree
+    new = _long_rows(150, seed=3)
+    refined = tt.fit(records + new, {"arch": "sm_90"}, min_leaf=10, base=base)
+    X = [r["features"] for r in new]
+    kept = grown = 0
+
+    def walk(b, r, feats):
+        nonlocal kept, grown
+        if "feature" in b:
+            assert (r["feature"], r["threshold"]) == (b["feature"], b["threshold"])
+            walk(b["le"], r["le"], [f for f in feats if f[b["feature"]] <= b["threshold"]])
+            walk(b["gt"], r["gt"], [f for f in feats if f[b["feature"]] > b["threshold"]])
+        elif not feats:
+            assert {k: v for k, v in r.items() if k != "leaf"} == \
+                {k: v for k, v in b.items() if k != "leaf"}
+            kept += 1
+        else:
+            grown += 1
+
+    walk(base.tree, refined.tree, X)
+    assert kept >= 1 and grown >= 1  # the window leaf kept, the rows/4 leaf grown again
+    held = _long_rows(100, seed=4)
+    chosen = [refined.choose(r["features"]) for r in held]
+    assert sum(c is not None and c.label == "chunks" for c in chosen) >= 0.9 * len(held)
+    assert sum(c is not None and c.label == "chunks" for c in
+               (base.choose(r["features"]) for r in held)) <= 0.1 * len(held)
+    leaves = [leaf["leaf"] for leaf in refined.leaves()]
+    assert sorted(leaves) == list(range(len(leaves)))
+    # a base no fit would make: its root split stays, a leaf beyond every record too
+    hand = tt.TuningTable.from_dict(_table_dict(
+        {"feature": "log2_outer", "threshold": 5.0,
+         "le": {"choice": "rows/4", "leaf": 0},
+         "gt": {"feature": "log2_row_bytes", "threshold": 20.0,
+                "le": {"choice": "rows/4", "leaf": 1}, "gt": {"choice": "scalar", "leaf": 7}}}))
+    under = tt.fit(records + new, {"arch": "sm_90"}, min_leaf=10, base=hand).tree
+    assert (under["feature"], under["threshold"]) == ("log2_outer", 5.0)
+    assert (under["gt"]["feature"], under["gt"]["threshold"]) == ("log2_row_bytes", 20.0)
+    assert under["gt"]["gt"]["choice"] == "scalar"
+    assert "feature" in under["le"] and "feature" in under["gt"]["le"]  # grown again
+    assert tt.fit(records + new, {"arch": "sm_90"}, min_leaf=10).tree["feature"] != "log2_outer"
+    with pytest.raises(ValueError, match="base is a table of 'elements', the records are of "
+                                         "'gather'"):
+        tt.fit(records, {"arch": "sm_90"}, base=tt.TuningTable.from_dict(
+            _elements_table({"choice": "rule", "leaf": 0})))
+
+
+def test_tune_fit_under_a_base_table(tmp_path, capsys):
+    """``cugather tune --fit RECORDS --base TABLE``: the command says so; a base that
+    cannot be read is refused with the reason and exit status 2."""
+    from cugather.cli.main import main
+
+    records, _ = _synthetic(400)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(dict(r, arch="sm_90", seed=5)) + "\n" for r in records))
+    base = tmp_path / "base.json"
+    assert main(["tune", "--fit", str(path), "--out", str(base)]) == 0
+    out = tmp_path / "again.json"
+    assert main(["tune", "--fit", str(path), "--base", str(base), "--out", str(out)]) == 0
+    again = tt.load_table(out)
+    assert again.tree == tt.load_table(base).tree
+    assert again.meta["command"] == f"python -m cugather tune --fit {path} --base {base}"
+    capsys.readouterr()
+    assert main(["tune", "--fit", str(path), "--base", str(tmp_path / "none.json"),
+                 "--out", str(out)]) == 2
+    assert f"--base {tmp_path / 'none.json'}: " in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["tune", "--fit", str(path), "--base", str(tmp_path / "bad.json"),
+                 "--out", str(out)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
 def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):
     """``--fit OLD NEW`` of a run with ``--only``: NEW's records of a seed and index
     take the place of OLD's, records of other geometries stay, in OLD's order."""
