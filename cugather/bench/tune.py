@@ -452,9 +452,17 @@ def run(args) -> int:
             except (OSError, TableError) as e:
                 print(f"--base {args.base}: {e}", file=sys.stderr)
                 return 2
+            if (base.op, base.arch) != (op, arch):
+                print(f"--base {args.base}: a table of {base.op} on {base.arch}, the records "
+                      f"are of {op} on {arch}", file=sys.stderr)
+                return 2
         return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,
                       op, args.penalty, base)
 
+    if args.base:
+        print("--base takes --fit RECORDS (it fits under a table's splits; it times nothing)",
+              file=sys.stderr)
+        return 2
     from .. import validate
     from ..plan.gather import GATHER_KINDS
     from ..runtime.launch import CUDA

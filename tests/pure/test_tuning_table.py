@@ -622,6 +622,15 @@ def test_tune_fit_under_a_base_table(tmp_path, capsys):
     assert main(["tune", "--fit", str(path), "--base", str(tmp_path / "bad.json"),
                  "--out", str(out)]) == 2
     assert "not JSON" in capsys.readouterr().err
+    other = _write(tmp_path / "sm_80.json", {"choice": "rule", "leaf": 0}, arch="sm_80")
+    assert main(["tune", "--fit", str(path), "--base", str(other), "--out", str(out)]) == 2
+    assert "a table of gather on sm_80, the records are of gather on sm_90" in \
+        capsys.readouterr().err
+    elements = _write_elements(tmp_path / "el.json", {"choice": "rule", "leaf": 0})
+    assert main(["tune", "--fit", str(path), "--base", str(elements), "--out", str(out)]) == 2
+    assert "a table of elements on sm_90, the records are of gather" in capsys.readouterr().err
+    assert main(["tune", "--base", str(base), "--out", str(out)]) == 2
+    assert "--base takes --fit RECORDS" in capsys.readouterr().err
 
 
 def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):
