@@ -532,6 +532,8 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
     """
     import numpy
 
+    if base is not None and base.op != spec.op:
+        raise ValueError(f"base is a table of {base.op!r}, the records are of {spec.op!r}")
     features_ = spec.features
     labels = [c[0] for c in spec.candidates if c[0] not in spec.reference_only] + ["rule"]
     rows = [r for r in records if r.get("times")]
@@ -640,8 +642,6 @@ def fit(records: Sequence[Dict[str, Any]], meta: Dict[str, Any], *, min_leaf: in
         return dict(node, n=len(idx), le=grow_under(node["le"], le, depth + 1),
                     gt=grow_under(node["gt"], gt, depth + 1))
 
-    if base is not None and base.op != spec.op:
-        raise ValueError(f"base is a table of {base.op!r}, the records are of {spec.op!r}")
     tree = (grow(numpy.arange(len(rows)), 0) if base is None
             else grow_under(base.to_dict()["tree"], numpy.arange(len(rows)), 0))
     ranges = {f: [float(X[:, i].min()) - (RANGE_SLACK if f.startswith("log2_") else 0.0),

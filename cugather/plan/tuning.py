@@ -43,7 +43,8 @@ SCALAR_ILP = 2
 STAGE_ILP = 8
 # inner: an outer row's picks split into chunks, a block each, every block
 # staging the row again: at least INNER_SM_BLOCKS blocks per SM, and chunks of
-# at most INNER_CHUNK_BYTES out or INNER_ROW_CHUNKS staged rows, the larger.
+# at most INNER_CHUNK_BYTES out or INNER_ROW_CHUNKS staged rows, the larger
+# (both 0: no cap, blocks per SM alone, the rule before; the probe times it).
 # H200, the 59 sweep geometries inner runs with few outer rows
 # (benchmarks/probe-inner): 32 KiB or one row 1.13x as fast as 4 blocks per SM
 # alone (geometric mean; the worst, 37 rows of 22960 B with 3.6M picks each,
