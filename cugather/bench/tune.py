@@ -4,7 +4,7 @@ and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
     python -m cugather tune [--op gather|elements] [--geometries 2000] [--seed 1000]
                             [--out FILE] [--records FILE] [--time-limit S] [--only KIND]
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
-                            [--min-leaf N] [--penalty P]
+                            [--min-leaf N] [--penalty P] [--base TABLE]
 
 ``--where "FEATURE OP VALUE"`` (repeatable; OP one of ``<= >= < > ==``, FEATURE
 one of :data:`cugather.plan.table.FEATURES`) times only the geometries of the
@@ -42,7 +42,14 @@ rows, 16 MiB or more out), with ``--min-leaf 6 --penalty 4`` (fitted on two
 of the first three seeds and scored on the third, 1.0050x, 1.0014x and
 1.0025x the fastest candidate other than span, slab, slabw and slabf; at the
 default penalty every fit of an earlier round moved one fixed-suite case to a
-kernel 1.7x slower there).
+kernel 1.7x slower there).  It was then fitted again under its own splits
+(``--base``, the table before kept as
+``benchmarks/probe-short/sm_90-before-lean64.json``) with two more record sets
+of the first three seeds: ``-lean3`` (every candidate of 510 geometries per
+seed of 1-64 MiB out and rows of several units, ``--only lean`` with
+``--where`` conditions, timed with lean allowed past 1 MiB) and ``-inner3``
+(inner's partial records under its chunk rule, on the geometries whose inner
+launch that rule changed: ``benchmarks/probe-inner/retime.py``).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every

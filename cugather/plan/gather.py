@@ -217,9 +217,15 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
     # of at most INNER_CHUNK_BYTES out (or INNER_ROW_CHUNKS staged rows): every
     # chunk of a row stages that row again (from L2: its blocks are adjacent).
     target = max(tuning.INNER_CHUNK_BYTES, tuning.INNER_ROW_CHUNKS * row)
-    chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS),
-                        max(cdiv(tuning.INNER_SM_BLOCKS * limits.sm_count, n_outer),
-                            cdiv(n_idx * unit, target) if target else 1)))
+    fill = cdiv(tuning.INNER_SM_BLOCKS * limits.sm_count, n_outer)
+    capped = cdiv(n_idx * unit, target) if target else 1
+    if tuning.INNER_BALANCE and capped > fill:
+        # Whole waves: INNER_SM_BLOCKS blocks are resident per SM (the kernel's
+        # launch bounds), so blocks past a multiple of that many per SM would run
+        # as a part-empty wave of their own.  Rounded down per row, never past it.
+        wave = tuning.INNER_SM_BLOCKS * limits.sm_count
+        capped = cdiv(capped * n_outer, wave) * wave // n_outer
+    chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS), max(fill, capped)))
     chunk = cdiv(cdiv(n_idx, chunks), tuning.MAX_THREADS) * tuning.MAX_THREADS
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=n_outer * n_idx,
                   units=1, n_indices=n_idx, outer=n_outer,
@@ -268,8 +274,8 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
         return (f"rows of at least {tuning.SPAN_MIN_ROW} bytes and a 16-byte aligned output; "
                 f"rows here are {row_bytes} B, out aligned to {out_align} B")
     if kind == "lean" and out_bytes > tuning.LEAN_MAX_OUT and row_bytes != unit:
-        return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes (a short call) or rows of "
-                f"one unit; this one is {out_bytes} B of {row_bytes // unit}-unit rows")
+        return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes or rows of one unit; this "
+                f"one is {out_bytes} B of {row_bytes // unit}-unit rows")
     return ""
 
 
@@ -277,15 +283,15 @@ def _rule(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: 
           axis_len: int, s_axis: int, out_align: int) -> Tuple[str, str]:
     """The hand-written rules: (kind, which rule)."""
     units = row_bytes // unit
-    if n_outer * n_idx * row_bytes <= tuning.LEAN_MAX_OUT:
+    if n_outer * n_idx * row_bytes <= tuning.SHORT_CALL_OUT:
         # A short call costs its launch and two dependent loads: one unit per
         # thread, or chunks for rows of many narrow units (H200 records, outputs
         # up to 1 MiB: lean 1.01x the fastest candidate, chunks 1.01x on rows of
         # more than 16 units under 16 B; the rules below 1.03x to 1.44x).
         if units > tuning.SHORT_CHUNKS_UNITS and unit < 16:
-            return "chunks", (f"rule: a short call (at most {tuning.LEAN_MAX_OUT} B out) of rows "
+            return "chunks", (f"rule: a short call (at most {tuning.SHORT_CALL_OUT} B out) of rows "
                               f"of more than {tuning.SHORT_CHUNKS_UNITS} units under 16 B")
-        return "lean", f"rule: a short call (at most {tuning.LEAN_MAX_OUT} B out)"
+        return "lean", f"rule: a short call (at most {tuning.SHORT_CALL_OUT} B out)"
     if (unit <= 2 and row_bytes % 16 and 16 < row_bytes <= tuning.WINDOW_MAX_ROW
             and out_align >= 16):
         return "window", (f"rule: rows of 17 to {tuning.WINDOW_MAX_ROW} B, not a multiple of "

@@ -53,6 +53,14 @@ STAGE_ILP = 8
 INNER_SM_BLOCKS = 4
 INNER_CHUNK_BYTES = 32 << 10
 INNER_ROW_CHUNKS = 1
+# inner, chunks set by the byte cap: the blocks (chunks x outer rows) rounded up
+# to whole waves of INNER_SM_BLOCKS per SM, the kernel's residency (55
+# registers, 4 blocks of 256 threads).  One row of 5.4M picks at 32 KiB alone:
+# 666 blocks, a second wave of 138 (4 blocks per SM alone: 528, one wave).
+# H200 (benchmarks/probe-inner, results-balance.json): 1.005x the cap alone on
+# the 63 sweep cases, 1.08x on 23 tuning geometries the cap had slowed (there
+# still 0.90x the rule before the cap).
+INNER_BALANCE = True
 # slab: shared memory a block stages outer rows into at most (24 KB: 8 blocks of
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024
@@ -94,13 +102,18 @@ SPAN_THREADS = 256
 SPAN_V = 4
 SPAN_MIN_ROW = 256
 SPAN_BLOCKS = 6
-# lean (one unit per thread, nothing unrolled): outputs of at most this many bytes
-# (short calls, whose time is the launch and two dependent loads), and rows of
-# one unit of any size (random rows from DRAM, where one load per thread keeps
-# the most rows in flight).
-LEAN_MAX_OUT = 1 << 20
-# The rules' short calls (outputs of at most LEAN_MAX_OUT bytes): rows of more
-# than this many units under 16 B take chunks, the others lean.
+# lean (one unit per thread, nothing unrolled): rows of one unit of any size, and
+# rows of several units in outputs of at most LEAN_MAX_OUT bytes; a tuning table
+# decides where within that, the rules take it for short calls only.  Short
+# calls cost the launch and two dependent loads, and random rows from DRAM gain
+# from the most loads in flight: over the H200 tuning geometries of 1-64 MiB
+# out, lean was the fastest candidate on 183 of 225 with 16-byte units, 4-5%
+# ahead; the plans the refitted table moves to it ran 1.05x as fast (geometric
+# mean of 63 geometries, benchmarks/probe-short/ab.py).
+LEAN_MAX_OUT = 64 << 20
+# The rules' short calls: outputs of at most SHORT_CALL_OUT bytes.  Rows of
+# more than SHORT_CHUNKS_UNITS units under 16 B take chunks, the others lean.
+SHORT_CALL_OUT = 1 << 20
 SHORT_CHUNKS_UNITS = 16
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2

@@ -241,14 +241,17 @@ def test_slabf_stages_groups_of_outer_rows():
         plan_of(((5, 50, 3), "u1"), (30,), axis=1, kind="slabf", out_align=8)
 
 
-def test_inner_splits_an_outer_rows_picks_into_chunks_of_32_kib_or_one_staged_row():
+def test_inner_splits_an_outer_rows_picks_into_chunks_of_32_kib_or_one_staged_row(monkeypatch):
     """inner: an outer row's picks in chunks of 256-pick blocks, each chunk at most
     INNER_CHUNK_BYTES out or one staged row (the larger), rounded up to a block,
-    with at least INNER_SM_BLOCKS blocks per SM; each chunk stages its row again,
-    so many outer rows of few picks keep one chunk per row."""
+    with at least INNER_SM_BLOCKS blocks per SM; where the byte cap sets the
+    count, the blocks are rounded to whole waves of INNER_SM_BLOCKS per SM (the
+    kernel's residency).  Each chunk stages its row again, so many outer rows of
+    few picks keep one chunk per row."""
     from cugather.plan import tuning
 
     limits = DeviceLimits(132, 232448)
+    wave = tuning.INNER_SM_BLOCKS * 132
 
     def chunks(shape, dtype, n_idx, axis):
         p = plan_of((shape, dtype), (n_idx,), axis=axis, kind="inner", limits=limits)
@@ -257,17 +260,45 @@ def test_inner_splits_an_outer_rows_picks_into_chunks_of_32_kib_or_one_staged_ro
         return p.grid[0], f["chunk"], p.main.shared_mem
 
     # 37 rows of 5740 float32 (22960 B), 3.6M picks each: 32 KiB chunks, not the 15
-    # chunks of 243200 picks that 4 blocks per SM asked (0.45x the best peer, H200)
+    # chunks of 243200 picks that 4 blocks per SM asked (0.45x the best peer, H200);
+    # 446 x 37 blocks are 31.3 waves, and 32 waves' 456 chunks a row round to the same
     assert chunks((1, 37, 5740), "f4", 3645930, 2) == (446, 8192, 22960)
-    # a 47712 B row (complex128): chunks of one row, rounded up to 256 picks
+    # a 47712 B row (complex128): one row asks 140 chunks a row, 980 blocks, 1.9
+    # waves; two whole waves are 150 a row, 2816 picks once rounded up to blocks
     n, chunk, _ = chunks((7, 2982), "c16", 415359, 1)
-    assert chunk == 3072 and (chunk - 256) * 16 < 2982 * 16 < chunk * 16
+    assert (n, chunk) == (148, 2816) and 980 < n * 7 <= 2 * wave
+    # one row of 5.4M float32 picks: 32 KiB asks 666 blocks (1.26 waves, the rest a
+    # wave of its own, 1.6x slower on the H200); two whole waves instead
+    assert chunks((1, 35), "f4", 5448162, 1)[:2] == (1014, 5376)
+    monkeypatch.setattr(tuning, "INNER_BALANCE", False)
+    assert chunks((1, 35), "f4", 5448162, 1)[:2] == (666, 8192)
+    monkeypatch.undo()
     # 5 rows of 30000 picks (117 KB out each): blocks per SM decide, 106 chunks a
     # row asked, 59 of 512 picks once rounded up to whole blocks
     assert -(-tuning.INNER_SM_BLOCKS * 132 // 5) == 106
     assert chunks((5, 4000), "f4", 30000, 1)[:2] == (59, 512)
     # many outer rows, 16 KB of picks each: one chunk per row (inner_axis_f32)
     assert chunks((8192, 8192), "f4", 4096, 1)[:2] == (1, 4096)
+
+
+def test_lean_takes_rows_of_several_units_up_to_64_mib_out_the_rules_short_calls_1_mib():
+    """lean (one unit per thread) applies to rows of several units in outputs of
+    at most LEAN_MAX_OUT (a tuning table names it there); the rules give it short
+    calls only, outputs of at most SHORT_CALL_OUT."""
+    from cugather.plan import tuning
+
+    assert (tuning.LEAN_MAX_OUT, tuning.SHORT_CALL_OUT) == (64 << 20, 1 << 20)
+    # 128-byte rows of 16-byte units: 64 MiB out exactly, then one row more
+    p = plan_of(((1000, 64), "f2"), (524288,), kind="lean")
+    assert (p.key.kind, p.key.unit, p.fields["total"]) == ("lean", 16, 524288 * 8)
+    with pytest.raises(ValueError, match=r"an output of at most 67108864 bytes or rows of one "
+                                         r"unit; this one is 67108992 B of 8-unit rows"):
+        plan_of(((1000, 64), "f2"), (524289,), kind="lean")
+    # rows of one unit: any size
+    assert plan_of(((1000, 4), "f4"), (5000000,), kind="lean").key.unit == 16
+    # the rules: lean at 1 MiB out, rows past it
+    assert plan_of(((1000, 64), "f2"), (8192,)).key.kind == "lean"
+    assert plan_of(((1000, 64), "f2"), (8193,)).key.kind == "rows"
 
 
 @pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy", "fill", "raise"])
