@@ -367,6 +367,11 @@ def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_le
     per = _slab_word(unit) // unit if words else 1
     slots = (n_idx + 2 * per - 2) // per
     bx = cdiv(slots, tuning.MAX_THREADS)  # blocks that cover the indices once
+    if tuning.SLAB_STAGE_RATIO:
+        # Every block of a group stages the group again: at most SLAB_STAGE_RATIO
+        # times the bytes those blocks write (axis_len * blocks / picks), the
+        # threads looping over more picks instead.
+        bx = min(bx, max(1, tuning.SLAB_STAGE_RATIO * n_idx // max(axis_len, 1)))
     fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: row 0
     # Whole groups where the indices alone fill the GPU; otherwise smaller groups,
     # so that outer rows give the blocks the indices cannot.

@@ -65,6 +65,12 @@ INNER_BALANCE = True
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024
 SLAB_BLOCKS_PER_SM = 8
+# slab and slabw: the index blocks of a group (each stages the group again) at
+# most this many times the picks per axis element, 0 for no limit.  H200, the 63
+# slab plans it changes among six held-out sweeps and the seed-1004 tuning
+# geometries (benchmarks/probe-slab/grid.py): 2 ran 1.14x as fast as no limit
+# (1 1.12x, 4 1.08x); 1534 outer rows of 3243 B with 1286 picks 1.68x.
+SLAB_STAGE_RATIO = 2
 # slab: index loads per thread in flight before the first pick is written.
 # slabw: output bytes per store, of consecutive picks, by unit width (4 or 8;
 # the unit itself: no slabw kernel for that unit).

@@ -206,6 +206,34 @@ def test_slabw_stores_words_of_picks():
     assert plan_of(((5, 50), "u1"), (300,), axis=1, kind="slab", out_align=1).kind == "slab"
 
 
+def test_slab_index_blocks_stage_at_most_twice_the_picks_per_axis_element(monkeypatch):
+    """slab and slabw: every index block of a group stages the group again, so a
+    group gets at most SLAB_STAGE_RATIO x picks / axis_len index blocks (at least
+    one); the outer rows then give the GPU its blocks, in smaller groups."""
+    from cugather.plan import tuning
+
+    assert tuning.SLAB_STAGE_RATIO == 2
+    limits = DeviceLimits(132, 232448)
+
+    def launch(shape, n_idx, kind="slab"):
+        p = plan_of((shape, "u1"), (n_idx,), axis=len(shape) - 1, kind=kind, limits=limits)
+        return p.grid[:2], p.fields["chunk"], p.main.shared_mem
+
+    # held-out seed 5179: 1534 outer rows of 3243 B, 1286 picks (0.4 per element):
+    # one index block per group of 2 rows (767 blocks, 13 KB staged for 2.6 KB
+    # out); 5 blocks per group of 7 staged 22.7 KB for 1.8 KB out (16.0 against
+    # 9.5 us on the H200)
+    assert launch((118, 13, 3243), 1286) == ((1, 767), 2, 6496)
+    assert launch((118, 13, 3243), 1286, "slabw") == ((1, 767), 2, 6496)
+    # 1152 picks of 4535: 2 x 1152 // 4535 = 0, one block per group of 3 rows
+    assert launch((2994, 4535), 1152) == ((1, 998), 3, 13616)
+    # many picks per element: the indices' own blocks, as before (352 of 256 picks)
+    assert launch((4, 47, 284), 127004) == ((352, 3), 86, 24432)
+    monkeypatch.setattr(tuning, "SLAB_STAGE_RATIO", 0)  # no cap: the rule before
+    assert launch((118, 13, 3243), 1286) == ((5, 220), 7, 22704)
+    assert launch((2994, 4535), 1152) == ((2, 599), 5, 22688)
+
+
 def test_slabf_stages_groups_of_outer_rows():
     """slabf: as many outer rows per group as SLAB_MAX_STAGE holds where one outer
     row's chunks fill the GPU, fewer where the outer rows must give the blocks;
