@@ -8,8 +8,10 @@ fewer than 64 blocks per SM of outer rows (the first 59, where the grid's aim of
 blocks per SM changes the launch), then the four others whose launch the
 shipped chunk rule changes.  For each: the device copy of the output bytes;
 inner under each setting of VARIANTS (tuning.INNER_SM_BLOCKS,
-INNER_CHUNK_BYTES, INNER_ROW_CHUNKS; "b4" is the rule before, 4 blocks per SM
-and no byte target; "t32r1" the shipped one); cupy.take, torch.index_select and
+INNER_CHUNK_BYTES, INNER_ROW_CHUNKS, INNER_BALANCE; "b4" is the rule before,
+4 blocks per SM and no byte target; "t32r1" the rule of 2026-12-04 afternoon;
+"t32r1w" that with the blocks rounded to whole waves, the shipped one);
+cupy.take, torch.index_select and
 jitted jax.numpy.take (mode="clip").  Every result is checked bit for bit
 against cupy.take.  Medians of 40 calls between two events behind a holding
 kernel (the sweep's timing; JAX: back-to-back calls closed by
@@ -19,6 +21,7 @@ The result files (H200, 2026-12-04):
   results-factors.json  the 59 cases, b4 b8 b16 b32 b64 (blocks per SM only;
                         the first form of the probe)
   results-rules.json    the 59 cases, every variant
+  results-balance.json  the 63 cases and 23 tuning geometries, b4 t32r1 t32r1w
   results-wide.json     91 geometries, b4 t32k t64k t32r1 t32r2: its "b4"
                         column is not the rule before but chunks of 256 picks
                         (a byte target of 0 then meant one byte per chunk, a
@@ -36,12 +39,15 @@ from cugather.runtime.launch import CUDA, execute
 
 OUT = os.environ.get("OUT", "/tmp")
 BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "240"))
-VARIANTS = {  # label: (INNER_SM_BLOCKS, INNER_CHUNK_BYTES, INNER_ROW_CHUNKS)
-    "b4": (4, 0, 0), "b8": (8, 0, 0), "b16": (16, 0, 0), "b32": (32, 0, 0), "b64": (64, 0, 0),
-    "t16k": (4, 16 << 10, 0), "t32k": (4, 32 << 10, 0), "t64k": (4, 64 << 10, 0),
-    "t32r1": (4, 32 << 10, 1), "t32r2": (4, 32 << 10, 2),
-    "b8t32": (8, 32 << 10, 0), "b8t64": (8, 64 << 10, 0), "b8t32r2": (8, 32 << 10, 2)}
-KNOBS = ("INNER_SM_BLOCKS", "INNER_CHUNK_BYTES", "INNER_ROW_CHUNKS")
+VARIANTS = {  # label: (INNER_SM_BLOCKS, INNER_CHUNK_BYTES, INNER_ROW_CHUNKS, INNER_BALANCE)
+    "b4": (4, 0, 0, False), "b8": (8, 0, 0, False), "b16": (16, 0, 0, False),
+    "b32": (32, 0, 0, False), "b64": (64, 0, 0, False),
+    "t16k": (4, 16 << 10, 0, False), "t32k": (4, 32 << 10, 0, False),
+    "t64k": (4, 64 << 10, 0, False), "t32r1": (4, 32 << 10, 1, False),
+    "t32r2": (4, 32 << 10, 2, False), "b8t32": (8, 32 << 10, 0, False),
+    "b8t64": (8, 64 << 10, 0, False), "b8t32r2": (8, 32 << 10, 2, False),
+    "t32r1w": (4, 32 << 10, 1, True)}
+KNOBS = ("INNER_SM_BLOCKS", "INNER_CHUNK_BYTES", "INNER_ROW_CHUNKS", "INNER_BALANCE")
 if os.environ.get("PROBE_VARIANTS"):  # a comma-separated subset of VARIANTS' labels
     VARIANTS = {k: VARIANTS[k] for k in os.environ["PROBE_VARIANTS"].split(",")}
 CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from: kernel, ratio, best peer)
@@ -109,6 +115,31 @@ CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from: kern
     ((537, 29, 1, 21), 'int64', 3, (4345,), 'int32', "sweep-6211 flat_u8_i32_fast32_wrap 1.04x torch.index_select"),
     ((14952, 22), 'float64', 1, (8305,), 'int32', "sweep-2663-lean flat_u8_i32_fast32_wrap 1.06x torch.index_select"),
     ((12499, 1, 9649), 'int32', 2, (11373,), 'int64', "sweep-9241-again inner_u4_i64_fast32_wrap 1.67x torch.index_select"),
+    # tuning geometries (seeds 1000-1002) where inner's retimed records under t32r1
+    # were slower than under b4 by more than 10% (tune-sm_90-seed*-inner2.jsonl)
+    ((1, 35), 'float32', 1, (22147, 246), 'int32', "tune-1000#85 inner 0.61x under t32r1"),
+    ((4, 7, 1, 2584), 'complex128', 3, (54757,), 'int64', "tune-1000#116 inner 0.81x under t32r1"),
+    ((12, 75), 'int16', 1, (1118249,), 'int32', "tune-1000#231 inner 0.81x under t32r1"),
+    ((2, 1, 1, 8833), 'int32', 3, (6594211,), 'int64', "tune-1000#232 inner 0.88x under t32r1"),
+    ((1, 2, 18), 'int64', 2, (4050316,), 'int64', "tune-1000#486 inner 0.87x under t32r1"),
+    ((1,), 'float32', 0, (6372603,), 'int64', "tune-1000#855 inner 0.84x under t32r1"),
+    ((1722,), 'complex128', 0, (1161325,), 'int64', "tune-1000#1303 inner 0.81x under t32r1"),
+    ((210,), 'float64', 0, (4800597,), 'int32', "tune-1000#1812 inner 0.88x under t32r1"),
+    ((464, 4554), 'int64', 1, (20005,), 'int64', "tune-1000#1851 inner 0.86x under t32r1"),
+    ((513,), 'int16', 0, (12425058,), 'int32', "tune-1001#282 inner 0.78x under t32r1"),
+    ((4951, 1, 2, 7693), 'int32', 3, (84, 104), 'int32', "tune-1001#381 inner 0.86x under t32r1"),
+    ((2, 2, 2951), 'int16', 2, (11627425,), 'int64', "tune-1001#450 inner 0.84x under t32r1"),
+    ((4321,), 'int64', 0, (14849092,), 'int32', "tune-1001#1100 inner 0.90x under t32r1"),
+    ((7, 4), 'float64', 1, (665988,), 'int64', "tune-1001#1177 inner 0.82x under t32r1"),
+    ((16,), 'float16', 0, (53, 198817), 'int64', "tune-1001#1201 inner 0.70x under t32r1"),
+    ((1, 1, 1, 1300), 'int32', 3, (14502290,), 'int32', "tune-1001#1585 inner 0.88x under t32r1"),
+    ((2, 1, 2, 5077), 'int64', 3, (121, 35573), 'int64', "tune-1001#1827 inner 0.88x under t32r1"),
+    ((16004, 278), 'int64', 1, (143, 34), 'int64', "tune-1002#104 inner 0.86x under t32r1"),
+    ((12, 287), 'int8', 1, (9751430,), 'int64', "tune-1002#351 inner 0.86x under t32r1"),
+    ((1, 44), 'float32', 1, (5927533,), 'int32', "tune-1002#1000 inner 0.62x under t32r1"),
+    ((1178,), 'complex128', 0, (1229053,), 'int64', "tune-1002#1015 inner 0.85x under t32r1"),
+    ((287,), 'int64', 0, (3, 1743848), 'int32', "tune-1002#1084 inner 0.86x under t32r1"),
+    ((17,), 'complex128', 0, (3157032,), 'int32', "tune-1002#1314 inner 0.87x under t32r1"),
 ]
 
 

@@ -1,0 +1,120 @@
+"""Lean to 64 MiB with a table fitted under the table before's splits, against
+the planner before, plan by plan (BENCHMARKS.md, "Lean to 64 MiB under the
+table's splits, inner in whole waves"), on a GPU:
+
+    python benchmarks/probe-short/ab.py       # writes $OUT/ab.json (default /tmp)
+
+It needs tuning.SHORT_CALL_OUT, the rules' short-call limit apart from lean's
+(lean-limit-64mib.diff, shipped since).  Planner A is the one before: the
+table sm_90-before-lean64.json with tuning.LEAN_MAX_OUT set back to 1 MiB.
+Planner B: LEAN_MAX_OUT at 64 MiB with the table AB_TABLE (default
+sm_90-lean-64mib-under-shipped.json; the shipped one is
+sm_90-lean-64mib-inner3-under-shipped.json).  The geometries are those of the
+held-out sweeps 6577, 9973 and 1231 and of the fixed suite whose launch
+(kernel, grid, block) the two planners make differently.  Each is checked bit
+for bit against cupy.take, then A and B are timed in alternation, 8 rounds of
+15 calls each, between two events behind a holding kernel: medians,
+microseconds.  The results: ab-lean64-under-shipped.json (B the default) and
+ab-lean64-inner3.json (B the shipped table).
+"""
+import gzip, json, os, time
+import numpy as np
+import cupy as cp
+import cugather.plan.table as table
+import cugather.plan.tuning as tuning
+from cugather.bench.cases import CASES as FIXED
+from cugather.bench.peers import time_cupy
+from cugather.bench.sweep import SweepShape
+from cugather.bench.sweep_run import make_table
+from cugather.plan.core import Operand, alignment
+from cugather.plan.gather import plan_gather
+from cugather.runtime.binding import bind
+from cugather.runtime.launch import CUDA, execute
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OUT = os.environ.get("OUT", "/tmp")
+PLANNERS = {"A": (1 << 20, os.path.join(HERE, "sm_90-before-lean64.json")),
+            "B": (64 << 20, os.environ.get("AB_TABLE") or
+                  os.path.join(HERE, "sm_90-lean-64mib-under-shipped.json"))}
+SEEDS = ("6577", "9973", "1231")
+
+
+def plan_of(name, operand, ishape, idt, axis, limits):
+    lean_max, path = PLANNERS[name]
+    saved = tuning.LEAN_MAX_OUT
+    os.environ["CUGATHER_TUNING"] = path
+    table.clear_tables()
+    try:
+        tuning.LEAN_MAX_OUT = lean_max
+        return plan_gather(operand, ishape, idt, axis, "wrap", limits=limits)
+    finally:
+        tuning.LEAN_MAX_OUT = saved
+
+
+def launch(p):
+    return (p.kind, p.key.entry if p.main else None,
+            tuple(p.main.grid) if p.main else None, tuple(p.main.block) if p.main else None)
+
+
+def geometries():
+    for seed in SEEDS:
+        with gzip.open(os.path.join(ROOT, "benchmarks", f"sweep-{seed}.json.gz")) as f:
+            for r in json.load(f)["records"]:
+                yield (f"{seed}#{r['i']}", tuple(r["shape"]), r["dtype"], r["axis"],
+                       tuple(r["indices"]), r["index_dtype"], r.get("best_peer"),
+                       r["impl"].get(r.get("best_peer") or "", {}).get("ms"))
+    for c in FIXED:
+        yield (f"fixed:{c.name}", tuple(c.shape), c.dtype, c.axis, tuple(c.n_indices),
+               c.index_dtype, None, None)
+
+
+def main():
+    limits = CUDA.limits(0)
+    assert hasattr(tuning, "SHORT_CALL_OUT"), "needs lean-limit-64mib.diff (shipped since)"
+    res, t0 = [], time.perf_counter()
+    for name, shape, dtype, axis, ishape, idt, peer, peer_ms in geometries():
+        operand = Operand.contiguous(shape, np.dtype(dtype).itemsize)
+        pa = plan_of("A", operand, ishape, idt, axis, limits)
+        pb = plan_of("B", operand, ishape, idt, axis, limits)
+        if launch(pa) == launch(pb) or pa.main is None or pb.main is None:
+            continue
+        s = SweepShape(shape, dtype, axis, ishape, idt, "beyond", "loguniform")
+        data = make_table(cp, s, 11)
+        assert alignment(data.data.ptr) >= 256
+        n = shape[axis]
+        idx = cp.random.default_rng(5).integers(-n, n, size=ishape, dtype=np.int64)
+        idx = idx.astype(idt)
+        ref = cp.take(data, cp.where(idx < 0, idx + n, idx), axis=axis).view(cp.uint8)
+        fns = {}
+        for k, p in (("A", pa), ("B", pb)):
+            bound = bind(p, 0, None, CUDA, data.dtype)
+            fns[k] = (lambda b: lambda: execute(b, data, data.data.ptr, idx, None, None, 0))(bound)
+            assert bool((fns[k]().view(cp.uint8) == ref).all()), (name, k)
+        ts = {"A": [], "B": []}
+        for _ in range(8):
+            for k in ("A", "B"):
+                ts[k] += list(time_cupy(cp, fns[k], 15))
+        rec = {"name": name, "shape": shape, "dtype": dtype, "axis": axis, "indices": ishape,
+               "index_dtype": idt, "out_bytes": s.out_bytes,
+               "A": launch(pa), "B": launch(pb), "why_A": pa.chosen_by, "why_B": pb.chosen_by,
+               "us_A": float(np.median(ts["A"])) * 1e3, "us_B": float(np.median(ts["B"])) * 1e3,
+               "best_peer": peer, "best_peer_us_sweep": peer_ms * 1e3 if peer_ms else None}
+        res.append(rec)
+        print(name, shape, dtype, axis, ishape, idt, pa.kind, "->", pb.kind,
+              "A %.2f us B %.2f us B/A speed %.3f" % (rec["us_A"], rec["us_B"],
+                                                       rec["us_A"] / rec["us_B"]), flush=True)
+        del data, idx, ref, fns
+        cp.get_default_memory_pool().free_all_blocks()
+    sp = [r["us_A"] / r["us_B"] for r in res]
+    print("changed", len(res), "geomean B/A speed %.4f" % float(np.exp(np.mean(np.log(sp)))),
+          "B faster by >3%:", sum(x > 1.03 for x in sp), "slower by >3%:", sum(x < 1 / 1.03 for x in sp),
+          "elapsed %.0f s" % (time.perf_counter() - t0))
+    with open(os.path.join(OUT, "ab.json"), "w") as f:
+        json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "cases": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
