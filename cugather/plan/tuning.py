@@ -114,8 +114,8 @@ SPAN_BLOCKS = 6
 # calls cost the launch and two dependent loads, and random rows from DRAM gain
 # from the most loads in flight: over the H200 tuning geometries of 1-64 MiB
 # out, lean was the fastest candidate on 183 of 225 with 16-byte units, 4-5%
-# ahead; the plans the refitted table moves to it ran 1.05x as fast (geometric
-# mean of 63 geometries, benchmarks/probe-short/ab.py).
+# ahead.  The 63 held-out plans the table fitted with those timings changes,
+# most of them to lean, ran 1.047x as fast (benchmarks/probe-short/ab.py).
 LEAN_MAX_OUT = 64 << 20
 # The rules' short calls: outputs of at most SHORT_CALL_OUT bytes.  Rows of
 # more than SHORT_CHUNKS_UNITS units under 16 B take chunks, the others lean.
