@@ -217,13 +217,13 @@ def _inner_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_l
     # of at most INNER_CHUNK_BYTES out (or INNER_ROW_CHUNKS staged rows): every
     # chunk of a row stages that row again (from L2: its blocks are adjacent).
     target = max(tuning.INNER_CHUNK_BYTES, tuning.INNER_ROW_CHUNKS * row)
-    fill = cdiv(tuning.INNER_SM_BLOCKS * limits.sm_count, n_outer)
+    wave = tuning.INNER_SM_BLOCKS * limits.sm_count  # blocks resident at once
+    fill = cdiv(wave, n_outer)
     capped = cdiv(n_idx * unit, target) if target else 1
     if tuning.INNER_BALANCE and capped > fill:
         # Whole waves: INNER_SM_BLOCKS blocks are resident per SM (the kernel's
         # launch bounds), so blocks past a multiple of that many per SM would run
         # as a part-empty wave of their own.  Rounded down per row, never past it.
-        wave = tuning.INNER_SM_BLOCKS * limits.sm_count
         capped = cdiv(capped * n_outer, wave) * wave // n_outer
     chunks = max(1, min(cdiv(n_idx, tuning.MAX_THREADS), max(fill, capped)))
     chunk = cdiv(cdiv(n_idx, chunks), tuning.MAX_THREADS) * tuning.MAX_THREADS
