@@ -9,7 +9,7 @@
 #define CUGATHER_GATHER_CUH
 
 #if !defined(CG_SCALAR_ILP) || !defined(CG_ROWS_NARROW_CU) || !defined(CG_ROWS_MAX_RU) || \
-    !defined(CG_CHUNKS_CU) || !defined(CG_STAGE_ILP)
+    !defined(CG_CHUNKS_CU) || !defined(CG_CHUNKS16_CU) || !defined(CG_STAGE_ILP)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -141,6 +141,8 @@ struct CheckArgs {
 //          block holds 256 / TX rows.
 //   chunks (long rows): one row per block row, CG_CHUNKS_CU units per thread,
 //          the row split into chunks over blockIdx.y: a 2-D (row x chunk) grid.
+//   chunks16: chunks with CG_CHUNKS16_CU units per thread (2- and 4-byte
+//          units): more bytes in flight per thread where a row comes from DRAM.
 // A row's index and source address are resolved once per thread.
 // ---------------------------------------------------------------------------
 template <class U, class Idx, class M, int MODE, int CU, int RU>
@@ -171,6 +173,12 @@ template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_chunks(const GatherArgs& a)
 {
     gather_row_tiles<U, Idx, M, MODE, CG_CHUNKS_CU, 1>(a, 1);
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_chunks16(const GatherArgs& a)
+{
+    gather_row_tiles<U, Idx, M, MODE, CG_CHUNKS16_CU, 1>(a, 1);
 }
 
 // ---------------------------------------------------------------------------

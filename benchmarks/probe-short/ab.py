@@ -16,6 +16,12 @@ for bit against cupy.take, then A and B are timed in alternation, 8 rounds of
 15 calls each, between two events behind a holding kernel: medians,
 microseconds.  The results: ab-lean64-under-shipped.json (B the default) and
 ab-lean64-inner3.json (B the shipped table).
+
+Other pairs of planners: AB_A_TABLE and AB_A_LEAN (planner A's table and
+LEAN_MAX_OUT), AB_B_LEAN, and AB_SEEDS (the sweeps, comma-separated);
+benchmarks/probe-chunks/ab-chunks16.json came from AB_A_TABLE=
+benchmarks/probe-chunks/sm_90-before-chunks16.json AB_A_LEAN=67108864
+AB_TABLE=cugather/plan/tables/sm_90.json AB_SEEDS=7603,8893,5179,2851,6947.
 """
 import gzip, json, os, time
 import numpy as np
@@ -34,10 +40,11 @@ from cugather.runtime.launch import CUDA, execute
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OUT = os.environ.get("OUT", "/tmp")
-PLANNERS = {"A": (1 << 20, os.path.join(HERE, "sm_90-before-lean64.json")),
-            "B": (64 << 20, os.environ.get("AB_TABLE") or
+PLANNERS = {"A": (int(os.environ.get("AB_A_LEAN", 1 << 20)),
+                  os.environ.get("AB_A_TABLE") or os.path.join(HERE, "sm_90-before-lean64.json")),
+            "B": (int(os.environ.get("AB_B_LEAN", 64 << 20)), os.environ.get("AB_TABLE") or
                   os.path.join(HERE, "sm_90-lean-64mib-under-shipped.json"))}
-SEEDS = ("6577", "9973", "1231")
+SEEDS = tuple(os.environ.get("AB_SEEDS", "6577,9973,1231").split(","))
 
 
 def plan_of(name, operand, ishape, idt, axis, limits):

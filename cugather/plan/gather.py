@@ -21,8 +21,8 @@ from .keys import KernelKey
 
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
-                "slabf", "flatv", "span", "lean", "strided")
+GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
+                "flat", "slabf", "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
@@ -63,15 +63,16 @@ def _row_split(kind: str, units: int, unit: int):
     """(block, units per thread, chunks per row) of the rows and chunks kernels.
 
     rows: TX = ceil(units / CU) threads per row (at most 256), 256 // TX rows
-    per block.  chunks: CHUNKS_CU units per thread, chunks over blockIdx.y: one
-    chunk up to 256 threads' worth of units, beyond that chunks of at most
-    CHUNKS_SPLIT threads' worth, the row shared evenly (TX a multiple of 32).
+    per block.  chunks: CHUNKS_CU units per thread (chunks16: CHUNKS16_CU),
+    chunks over blockIdx.y: one chunk up to 256 threads' worth of units, beyond
+    that chunks of at most CHUNKS_SPLIT threads' worth, the row shared evenly
+    (TX a multiple of 32).
     """
     if kind == "rows":
         cu = _rows_cu(unit)
         tx = min(cdiv(units, cu), tuning.MAX_THREADS)
     else:
-        cu = tuning.CHUNKS_CU
+        cu = tuning.CHUNKS16_CU if kind == "chunks16" else tuning.CHUNKS_CU
         chunks = 1 if units <= tuning.MAX_THREADS * cu else cdiv(units, tuning.CHUNKS_SPLIT * cu)
         tx = cdiv(cdiv(units, chunks * cu), 32) * 32
     ty = max(1, tuning.MAX_THREADS // tx)
@@ -175,7 +176,7 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     grid_x = max_grid or GRID_X_MAX
     grid_yz = max_grid or GRID_YZ_MAX
     block = (tuning.MAX_THREADS, 1, 1)
-    if kind in ("rows", "chunks"):
+    if kind in ("rows", "chunks", "chunks16"):
         block, cu, chunks = _row_split(kind, units, unit)
         ru = 1
         if kind == "rows":
@@ -243,6 +244,8 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     can run it): the one test for a forced kind and for a tuning table's choice."""
     if kind in ("scalar", "inner", "slab", "slabw") and row_bytes != unit:
         return f"rows of one unit; rows here are {row_bytes // unit} units"
+    if kind == "chunks16" and unit not in (2, 4):
+        return f"units of 2 or 4 bytes; units here are {unit} B"
     if kind == "slabw" and _slab_word(unit) == unit:
         return f"units of 1, 2 or 4 bytes (stored several at a time); units here are {unit} B"
     if kind in ("inner", "slab", "slabw"):

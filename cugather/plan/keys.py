@@ -114,6 +114,11 @@ _SPECS = {
     "rows": KindSpec("gather.cuh", "gather_rows", "GatherArgs", min_blocks=_rows_blocks),
     "chunks": KindSpec("gather.cuh", "gather_chunks", "GatherArgs",
                        min_blocks=lambda key: tuning.CHUNKS_BLOCKS if key.math == "fast32" else 1),
+    # chunks with tuning.CHUNKS16_CU units per thread, for 2- and 4-byte units
+    # (rows of 1-byte units take span or window; sm_75 spills them).
+    "chunks16": KindSpec("gather.cuh", "gather_chunks16", "GatherArgs", units=(2, 4),
+                         min_blocks=lambda key: (tuning.CHUNKS16_BLOCKS if key.math == "fast32"
+                                                 else 1)),
     "scalar": KindSpec("gather.cuh", "gather_scalar", "GatherArgs"),
     "inner": KindSpec("gather.cuh", "gather_inner", "GatherArgs", min_blocks=4),
     # Rows of one unit, several outer rows staged per block, each index read once.

@@ -55,7 +55,7 @@ FORMAT = 3
 #: Candidate plans of a contiguous-row Gather: (label, kind, rows per thread).
 CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("rows/1", "rows", 1), ("rows/2", "rows", 2), ("rows/4", "rows", 4),
-    ("chunks", "chunks", None), ("scalar", "scalar", None), ("inner", "inner", None),
+    ("chunks", "chunks", None), ("chunks16", "chunks16", None), ("scalar", "scalar", None), ("inner", "inner", None),
     ("slab", "slab", None), ("slabw", "slabw", None), ("window", "window", None),
     ("pack", "pack", None),
     ("flat", "flat", None), ("slabf", "slabf", None), ("flatv", "flatv", None),

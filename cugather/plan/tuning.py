@@ -30,6 +30,15 @@ ROWS_MAX_RU = 4
 # rows of 523 and 717 units).
 CHUNKS_CU = 4
 CHUNKS_SPLIT = 192
+# chunks16: chunks with CHUNKS16_CU units per thread for 2- and 4-byte units (64
+# bytes in flight per thread for 4-byte units where chunks keeps 16), under a
+# launch bound of CHUNKS16_BLOCKS blocks (at 6 NVRTC 12.9 spills raise and fill).
+# H200, 12 held-out calls of 4-byte-unit rows of 732-12324 B from beyond L2,
+# 111-716 MiB out: 1.11x-1.12x chunks at 4 and 6 blocks (0.73-0.94 -> 0.82-1.01
+# of the copy); tables in L2 and short calls 0.93x-1.01x (probe-chunks): a
+# tuning candidate.
+CHUNKS16_CU = 16
+CHUNKS16_BLOCKS = 5
 # Blocks of the one-dimensional kernels (scalar, flat, window, pack) and rows per
 # block of the rows kernel halve, down to SPREAD_MIN_THREADS threads, while the
 # grid has fewer blocks than the GPU has SMs: a short call then spreads its
@@ -177,6 +186,7 @@ KERNEL_DEFINES = {
     "CG_ROWS_NARROW_CU": ROWS_NARROW_CU,
     "CG_ROWS_MAX_RU": ROWS_MAX_RU,
     "CG_CHUNKS_CU": CHUNKS_CU,
+    "CG_CHUNKS16_CU": CHUNKS16_CU,
     "CG_SCALAR_ILP": SCALAR_ILP,
     "CG_SLAB_ILP": SLAB_ILP,
     "CG_SLAB_WORD_U1": SLAB_WORD[1],

@@ -48,8 +48,8 @@ def test_take_matches_numpy(mode, axis):
     assert_same(got.get(), np.take(a, idx, axis=axis, mode=mode), f"axis={axis} mode={mode}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "flat",
-                                  "slabf", "flatv", "lean", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
+                                  "flat", "slabf", "flatv", "lean", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -60,7 +60,8 @@ def test_forced_variants(kind, math_name, mode):
 
     rng = np.random.default_rng(4)
     staged = kind in ("inner", "slab", "slabw")
-    cols = 1 if kind in ("scalar", "flatv") or staged else 6
+    # chunks16: 4-byte units (rows of 1001 float32), 16 per thread
+    cols = 1 if kind in ("scalar", "flatv") or staged else 1001 if kind == "chunks16" else 6
     # slabw: 301 picks start the 9 outer rows at every phase of its 8-byte words;
     # slabf: rows of 3 units, 9 outer rows, chunks that straddle outer rows
     data = (random_data(rng, (9, 50), "float32") if staged
@@ -77,8 +78,9 @@ def test_forced_variants(kind, math_name, mode):
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
 
 
-@pytest.mark.parametrize("kind", ["rows", "chunks", "scalar", "inner", "slab", "slabw", "window",
-                                  "pack", "flat", "slabf", "flatv", "lean", "span", "strided"])
+@pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
+                                  "window", "pack", "flat", "slabf", "flatv", "lean", "span",
+                                  "strided"])
 @pytest.mark.parametrize("mode", ["fill", "raise"])
 def test_empty_axis_reads_no_data(kind, mode):
     """An axis of size 0, each kind forced: fill mode fills every output unit, raise

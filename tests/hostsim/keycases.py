@@ -96,6 +96,19 @@ def _chunks(key: KernelKey) -> list:
     ]
 
 
+@register("chunks16")
+def _chunks16(key: KernelKey) -> list:
+    # 16 units per thread (2- and 4-byte units): rows of 1101 units take 96
+    # threads (the last ones partly idle), two rows per block; rows of 4099
+    # units split in two chunks.
+    return [
+        Case((4, 1101), axis=0, index_shape=(7,), **_common(key, "blocks")),
+        Case((4, 1101), axis=0, index_shape=(2, 3), **_common(key, "stride", max_grid=1)),
+        Case((3, 4099), axis=0, index_shape=(5,), **_common(key, "split")),
+        Case((3, 7, 301), axis=1, index_shape=(5,), **_common(key, "outer")),
+    ]
+
+
 @register("scalar")
 def _scalar(key: KernelKey) -> list:
     return [

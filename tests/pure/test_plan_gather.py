@@ -183,6 +183,31 @@ def test_forcing_an_impossible_variant_is_an_error():
         plan_of(Operand((4, 5), (8, 40), 8), (3,), axis=0, kind="rows")
 
 
+def test_chunks16_moves_16_units_per_thread_of_2_and_4_byte_units():
+    """chunks16: chunks' tiling with tuning.CHUNKS16_CU units per thread: one chunk
+    per row up to 256 threads' worth, then chunks of at most CHUNKS_SPLIT threads'
+    worth, warp-rounded; other units are chunks' alone."""
+    from cugather.plan import tuning
+
+    cu = tuning.CHUNKS16_CU
+    assert cu == 16
+    for dtype, cols, unit in (("f2", 1101, 2), ("f4", 1101, 4)):
+        p = plan_of(((50, cols), dtype), (7,), kind="chunks16")
+        c = plan_of(((50, cols), dtype), (7,), kind="chunks")
+        assert (p.key.kind, p.key.unit, c.key.unit) == ("chunks16", unit, unit)
+        # ceil(1101 / 16) = 69 threads, warp-rounded to 96; two rows per block
+        assert p.block == (96, 2, 1) and p.grid == (4, 1, 1), p
+        assert "16 unit(s) per thread, 1 chunk(s) per row" in p.describe()
+        assert c.block[0] * c.grid[1] * tuning.CHUNKS_CU >= 1101
+    # 4099 units: more than 256 x 16, split in cdiv(4099, 192 x 16) = 2 chunks
+    p = plan_of(((3, 4099), "f4"), (5,), kind="chunks16")
+    assert p.grid == (5, 2, 1) and p.block == (160, 1, 1)
+    assert p.block[0] * cu * p.grid[1] >= 4099 > (p.block[0] - 32) * cu * p.grid[1]
+    for dtype in ("u1", "f8"):
+        with pytest.raises(ValueError, match="'chunks16' needs units of 2 or 4 bytes"):
+            plan_of(((50, 1001), dtype), (7,), kind="chunks16")
+
+
 def test_slabw_stores_words_of_picks():
     """slabw (1-, 2- and 4-byte units, tuning.SLAB_WORD bytes per store): a thread
     takes a word slot of P picks at any phase of the row, so one pass of the grid

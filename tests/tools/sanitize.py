@@ -60,7 +60,7 @@ UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex1
 KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
+GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
                 "slabf", "flatv", "span", "lean", "strided", "bcast")
 # kinds that stage data in shared memory
 SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "span", "elements_row")
@@ -90,6 +90,8 @@ CANDIDATES = {
              Geometry((7, 301), 0, (5,)), Geometry((7, 301), 0, (5,), max_grid=1)],
     "chunks": [Geometry((4, 1101), 0, (6,)), Geometry((4, 1101), 0, (2, 3), max_grid=1),
                Geometry((3, 7, 301), 1, (5,))],
+    "chunks16": [Geometry((4, 1101), 0, (7,)), Geometry((4, 1101), 0, (2, 3), max_grid=1),
+                 Geometry((3, 4099), 0, (5,))],
     "scalar": [Geometry((2, 50), 1, (1300,)), Geometry((2, 50), 1, (26, 50), max_grid=1)],
     "inner": [Geometry((5, 50), 1, (700,)), Geometry((7, 50), 1, (200,), max_grid=2),
               Geometry((40,), 0, (3, 7))],
