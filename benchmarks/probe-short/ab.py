@@ -18,10 +18,14 @@ microseconds.  The results: ab-lean64-under-shipped.json (B the default) and
 ab-lean64-inner3.json (B the shipped table).
 
 Other pairs of planners: AB_A_TABLE and AB_A_LEAN (planner A's table and
-LEAN_MAX_OUT), AB_B_LEAN, and AB_SEEDS (the sweeps, comma-separated);
+LEAN_MAX_OUT), AB_B_LEAN, AB_A_BOX_SLACK and AB_B_BOX_SLACK (table.BOX_SLACK's
+log2_row_bytes), and AB_SEEDS (the sweeps, comma-separated);
 benchmarks/probe-chunks/ab-chunks16.json came from AB_A_TABLE=
 benchmarks/probe-chunks/sm_90-before-chunks16.json AB_A_LEAN=67108864
-AB_TABLE=cugather/plan/tables/sm_90.json AB_SEEDS=7603,8893,5179,2851,6947.
+AB_TABLE=cugather/plan/tables/sm_90.json AB_SEEDS=7603,8893,5179,2851,6947;
+benchmarks/probe-chunks/ab-box-slack.json from AB_A_TABLE and AB_TABLE both
+the shipped table, AB_A_LEAN=67108864 AB_A_BOX_SLACK=0 AB_B_BOX_SLACK=1 and
+AB_SEEDS=7603,8893,5179,2851,6947,4127,6619.
 """
 import gzip, json, os, time
 import numpy as np
@@ -49,14 +53,19 @@ SEEDS = tuple(os.environ.get("AB_SEEDS", "6577,9973,1231").split(","))
 
 def plan_of(name, operand, ishape, idt, axis, limits):
     lean_max, path = PLANNERS[name]
-    saved = tuning.LEAN_MAX_OUT
+    saved, saved_slack = tuning.LEAN_MAX_OUT, dict(table.BOX_SLACK)
+    slack = os.environ.get(f"AB_{name}_BOX_SLACK")
     os.environ["CUGATHER_TUNING"] = path
     table.clear_tables()
     try:
         tuning.LEAN_MAX_OUT = lean_max
+        if slack is not None:
+            table.BOX_SLACK["log2_row_bytes"] = float(slack)
         return plan_gather(operand, ishape, idt, axis, "wrap", limits=limits)
     finally:
         tuning.LEAN_MAX_OUT = saved
+        table.BOX_SLACK.clear()
+        table.BOX_SLACK.update(saved_slack)
 
 
 def launch(p):
