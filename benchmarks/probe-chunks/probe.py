@@ -1,5 +1,5 @@
 """How many units a thread of the chunks kernel keeps in flight (BENCHMARKS.md,
-"chunks: units in flight by unit width"), on a GPU:
+"chunks16: more bytes in flight"), on a GPU:
 
     python benchmarks/probe-chunks/probe.py   # writes $OUT/probe-chunks.json (default /tmp)
 
@@ -17,7 +17,9 @@ spilling (NVRTC 12.9, sm_90: see SPILLS); span; the chunks16 kernel
 (tuning.CHUNKS16_CU units per thread, CHUNKS16_BLOCKS) where its unit has one.  Every result is checked bit
 for bit against cupy.take.  Medians of 30 calls between two events behind a
 holding kernel (the sweep's timing), microseconds; the variants of a case run
-back to back.  PROBE_VARIANTS=a,b,... times a subset.
+back to back.  PROBE_VARIANTS=a,b,... times a subset.  Results (H200,
+2026-12-04): results-variants.json (every variant, 20:10, before chunks16
+existed) and results-chunks16.json (PROBE_VARIANTS=cu4 with chunks16, 20:21).
 """
 import json, os, time
 import numpy as np

@@ -49,7 +49,12 @@ of the first three seeds: ``-lean3`` (every candidate of 510 geometries per
 seed of 1-64 MiB out and rows of several units, ``--only lean`` with
 ``--where`` conditions, timed with lean allowed past 1 MiB) and ``-inner3``
 (inner's partial records under its chunk rule, on the geometries whose inner
-launch that rule changed: ``benchmarks/probe-inner/retime.py``).
+launch that rule changed: ``benchmarks/probe-inner/retime.py``).  Then again
+under its own splits (the table before kept as
+``benchmarks/probe-chunks/sm_90-before-chunks16.json``) with ``-slab3``
+(``--only slab,slabw --partial``, under slab's index-block cap) and
+``-chunks16`` (``--only chunks16,chunks --partial``, chunks16's times only:
+chunks' keep those of the runs before).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
