@@ -34,9 +34,8 @@ CHUNKS_SPLIT = 192
 # bytes in flight per thread for 4-byte units where chunks keeps 16), under a
 # launch bound of CHUNKS16_BLOCKS blocks (at 6 NVRTC 12.9 spills raise and fill).
 # H200, 12 held-out calls of 4-byte-unit rows of 732-12324 B from beyond L2,
-# 111-716 MiB out: 1.11x-1.12x chunks at 4 and 6 blocks (0.73-0.94 -> 0.82-1.01
-# of the copy); tables in L2 and short calls 0.93x-1.01x (probe-chunks): a
-# tuning candidate.
+# 111-716 MiB out: 1.10x chunks (0.73-0.95 -> 0.79-0.96 of the copy); tables in
+# L2 and short calls 0.93x-1.02x (benchmarks/probe-chunks): a tuning candidate.
 CHUNKS16_CU = 16
 CHUNKS16_BLOCKS = 5
 # Blocks of the one-dimensional kernels (scalar, flat, window, pack) and rows per

@@ -60,8 +60,8 @@ UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex1
 KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
-GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack", "flat",
-                "slabf", "flatv", "span", "lean", "strided", "bcast")
+GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
+                "flat", "slabf", "flatv", "span", "lean", "strided", "bcast")
 # kinds that stage data in shared memory
 SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "span", "elements_row")
 
