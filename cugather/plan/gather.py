@@ -17,7 +17,7 @@ from . import core, table, tuning
 from .core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Operand, Plan, cdiv,
                    check_launch, divisors, index_math, merge_dims, no_empty_axis, pad, unit_for)
 from .fastdiv import make_divisor
-from .keys import KernelKey
+from .keys import KernelKey, kind_spec
 
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
@@ -244,8 +244,9 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     can run it): the one test for a forced kind and for a tuning table's choice."""
     if kind in ("scalar", "inner", "slab", "slabw") and row_bytes != unit:
         return f"rows of one unit; rows here are {row_bytes // unit} units"
-    if kind == "chunks16" and unit not in (2, 4):
-        return f"units of 2 or 4 bytes; units here are {unit} B"
+    if kind == "chunks16" and unit not in kind_spec(kind).units:
+        return (f"units of {' or '.join(map(str, kind_spec(kind).units))} bytes; units here "
+                f"are {unit} B")
     if kind == "slabw" and _slab_word(unit) == unit:
         return f"units of 1, 2 or 4 bytes (stored several at a time); units here are {unit} B"
     if kind in ("inner", "slab", "slabw"):
