@@ -280,6 +280,10 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind in ("span", "spanb") and (row_bytes < tuning.SPAN_MIN_ROW or out_align < 16):
         return (f"rows of at least {tuning.SPAN_MIN_ROW} bytes and a 16-byte aligned output; "
                 f"rows here are {row_bytes} B, out aligned to {out_align} B")
+    if kind == "spanb" and _spanb_shared(tuning.SPANB_SEG) > limits.max_shared_mem:
+        return (f"{_spanb_shared(tuning.SPANB_SEG)} bytes of shared memory per block for "
+                f"{tuning.SPANB_STAGES} stages of {tuning.SPANB_SEG} chunks; this device allows "
+                f"{limits.max_shared_mem}")
     if kind == "lean" and out_bytes > tuning.LEAN_MAX_OUT and row_bytes != unit:
         return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes or rows of one unit; this "
                 f"one is {out_bytes} B of {row_bytes // unit}-unit rows")

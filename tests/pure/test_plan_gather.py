@@ -500,6 +500,9 @@ def test_spanb_walks_row_segments_with_a_persistent_grid(row_bytes, segs):
     assert plan_of(((50, row_bytes), "u1"), (7,), kind="spanb", max_grid=2).grid == (2, 1, 1)
     with pytest.raises(ValueError, match="'spanb' needs rows of at least 256 bytes"):
         plan_of(((50, 255), "u1"), (7,), kind="spanb")
+    with pytest.raises(ValueError, match="'spanb' needs 37056 bytes of shared memory per block "
+                                         "for 3 stages of 768 chunks; this device allows 32768"):
+        plan_of(((50, row_bytes), "u1"), (7,), kind="spanb", limits=DeviceLimits(132, 32768))
     with pytest.raises(ValueError, match="'spanb' needs rows of at least 256 bytes and a "
                                          "16-byte aligned output"):
         plan_of(((50, row_bytes), "u1"), (7,), kind="spanb", out_align=8)
