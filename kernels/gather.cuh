@@ -1371,7 +1371,8 @@ struct SpanbSync {
 __device__ __forceinline__ void spanb_init(SpanbSync* sy)
 {
 #if CG_SPANB_BULK
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_address(&sy->bar)) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_address(&sy->bar))
+                 : "memory");
 #else
     sy->filled = 0;
 #endif
@@ -1512,8 +1513,8 @@ __device__ __forceinline__ void gather_spanb(const SpanbArgs& a)
         for (int s = 0; s < S; ++s) {
             const u64 it = item + (u64)s * step;
             if (it < items)
-                spanb_issue<Idx, M, MODE>(a, it, spanb_index<Idx, M>(a, it), smem + (u64)s * (seg + 1),
-                                          meta + s, sync + s, lo, hi);
+                spanb_issue<Idx, M, MODE>(a, it, spanb_index<Idx, M>(a, it),
+                                          smem + (u64)s * (seg + 1), meta + s, sync + s, lo, hi);
         }
         const u64 nxt = item + (u64)S * step;
         if (nxt < items) next_i = spanb_index<Idx, M>(a, nxt);
