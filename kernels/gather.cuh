@@ -132,7 +132,6 @@ struct SpanbArgs {
     i64 s_outer;
     i64 s_axis;
     i64 axis_len;
-    u64 rows;        // outer * n_indices
     u64 row_bytes;
     i64 lo;
     i64 hi;

@@ -589,7 +589,7 @@ def _plan_spanb(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     mname = index_math(max(items, rows, n_idx, n_outer), math_name)
     bits = 32 if mname == "fast32" else 64
     lo, hi = data.extent()
-    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0],
                   row_bytes=row_bytes, lo=lo, hi=hi, n_div=make_divisor(max(n_idx, 1), bits),
                   seg_div=make_divisor(segs, bits), items=items, seg_chunks=seg)
     grid = (min(items, tuning.SPANB_BLOCKS * limits.sm_count, max_grid or GRID_X_MAX), 1, 1)
