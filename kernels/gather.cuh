@@ -121,27 +121,6 @@ struct SpanArgs {
     u64 fill[2];
 };
 
-// spanb: span's rows and chunks, walked as items (row, segment of seg_chunks
-// chunks) by a persistent grid whose stages are filled by the bulk copy
-// engine.  seg_div splits an item into (row, segment); items = rows x segments.
-struct SpanbArgs {
-    const char* data;
-    const void* indices;
-    char* out;
-    u64* first_bad;
-    i64 s_outer;
-    i64 s_axis;
-    i64 axis_len;
-    u64 row_bytes;
-    i64 lo;
-    i64 hi;
-    Divisor n_div;   // n_indices, splits a row into (outer, index position)
-    Divisor seg_div; // segments per row, splits an item into (row, segment)
-    u64 items;       // rows * segments
-    u64 seg_chunks;  // 16-byte output chunks per segment; a stage holds one more block
-    u64 fill[2];
-};
-
 // raise-mode bounds check over the indices (Gather, take, GatherElements), run
 // before the gather where out= is given, and to name the exact first bad position.
 struct CheckArgs {
@@ -1234,27 +1213,6 @@ __device__ __forceinline__ void copy_async_wait()
 #endif
 }
 
-// A row's head and tail bytes, before its first and after its last whole
-// aligned output chunk: at most 30 (a row of fewer than 32 bytes has no whole
-// chunk and at most 31), one per thread x of a block where `on`.  ob: the
-// row's first output byte, end: one past its last, a0: its first aligned
-// chunk, nc: its whole chunks; the bytes come from src where `keep`, else
-// from the fill value.
-__device__ __forceinline__ void span_edge_byte(bool on, u32 x, u64 ob, u64 end, u64 a0, u64 nc,
-                                               bool keep, u64 src, const u64 (&fill)[2])
-{
-    const u64 head = (nc ? a0 : end) - ob, tail = nc ? a0 + 16 * nc : end;
-    const bool has_byte = on && x < head + (end - tail);
-    const u64 bq = x < head ? ob + x : tail + (x - head);
-    if (has_byte) {
-        const u32 f = (u32)bq & 15u;  // out is 16-byte aligned: the fill pattern's byte
-        const u64 fw = (f & 8u) ? fill[1] : fill[0];
-        store_stream((unsigned char*)bq,
-                     keep ? __ldg((const unsigned char*)(src + (bq - ob)))
-                          : (unsigned char)(fw >> ((f & 7u) * 8u)));
-    }
-}
-
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_span(const SpanArgs& a)
 {
@@ -1291,8 +1249,18 @@ __device__ __forceinline__ void gather_span(const SpanArgs& a)
         const u64 sp = src + (a0 - ob);
         const u32 d = (u32)sp & 15u;
         const u64 sb = sp - d;  // the aligned block under chunk 0
-        // Head and tail bytes: one per thread of segment 0 (blockDim.x >= 32).
-        span_edge_byte(live && blockIdx.y == 0, x, ob, end, a0, nc, keep, src, a.fill);
+        // Head and tail bytes: at most 30 (a row of fewer than 32 bytes has no whole
+        // chunk and at most 31), one per thread of segment 0 (blockDim.x >= 32).
+        const u64 head = (nc ? a0 : end) - ob, tail = nc ? a0 + 16 * nc : end;
+        const bool has_byte = live && blockIdx.y == 0 && x < head + (end - tail);
+        const u64 bq = x < head ? ob + x : tail + (x - head);
+        if (has_byte) {
+            const u32 f = (u32)bq & 15u;  // out is 16-byte aligned: the fill pattern's byte
+            const u64 fw = (f & 8u) ? a.fill[1] : a.fill[0];
+            store_stream((unsigned char*)bq,
+                         keep ? __ldg((const unsigned char*)(src + (bq - ob)))
+                              : (unsigned char)(fw >> ((f & 7u) * 8u)));
+        }
         for (u64 base = (u64)blockIdx.y * seg; base < most; base += (u64)gridDim.y * seg) {
             const u32 n_out = base < nc ? (u32)(nc - base < seg ? nc - base : seg) : 0u;
             const u32 n_in = keep && n_out ? n_out + (d != 0) : 0u;  // blocks to stage
@@ -1311,236 +1279,6 @@ __device__ __forceinline__ void gather_span(const SpanArgs& a)
                 store_stream((uint4*)(a0 + 16 * (base + j)), v);
             }
             __syncthreads();  // before the next segment overwrites the stage
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// spanb: span's chunks, each segment's aligned source blocks brought into
-// shared memory by the bulk copy engine (cp.async.bulk, sm_90), CG_SPANB_STAGES
-// stages deep.  A persistent grid walks items (row, segment) blockIdx.x,
-// blockIdx.x + gridDim.x, ...; thread 0 fills stage k % S with item k: it
-// resolves the row's index (loaded one item ahead), writes the item's
-// description and any bounded edge block (the table's first or last partial
-// 16 bytes) with ordinary stores, then one bulk copy of the other blocks
-// completes the stage's mbarrier.  The block waits on it, shifts and stores
-// the segment's chunks as span does (head and tail bytes in segment 0), and
-// after a barrier thread 0 fills the stage with item k + S.  The loads of the
-// next S - 1 items stay in flight while one is stored, without a register or
-// an instruction per 16 bytes (span's cp.async takes one per block, and a
-// span block that waits on its loads stores nothing meanwhile).  Before sm_90
-// (and in the host tier) thread 0 copies the blocks itself and releases the
-// stage through a counter in shared memory: correct, not fast.
-// ---------------------------------------------------------------------------
-#if !defined(CG_SPANB_STAGES)
-#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
-#endif
-
-// What thread 0 tells the block about the item in a stage.
-struct SpanbItem {
-    u64 src;    // the row's first byte in data; 0: the fill value
-    u64 ob;     // the row's first byte in out
-    u64 base;   // the segment's first chunk
-    u32 n_out;  // chunks in this segment
-    u32 first;  // 1 in a row's segment 0 (it writes the head and tail bytes)
-};
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define CG_SPANB_BULK 1
-#else
-#define CG_SPANB_BULK 0
-#endif
-
-__device__ __forceinline__ u32 smem_address(const void* p)
-{
-#if defined(__CUDA_ARCH__)
-    return (u32)__cvta_generic_to_shared(p);
-#else
-    return (u32)(uintptr_t)p;
-#endif
-}
-
-// A stage's sync: an mbarrier (sm_90) or a count of completed fills.
-struct SpanbSync {
-    u64 bar;
-    u32 filled;
-    u32 pad;
-};
-
-__device__ __forceinline__ void spanb_init(SpanbSync* sy)
-{
-#if CG_SPANB_BULK
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_address(&sy->bar))
-                 : "memory");
-#else
-    sy->filled = 0;
-#endif
-}
-
-// After every spanb_init, before the barrier that publishes them.
-__device__ __forceinline__ void spanb_init_fence()
-{
-#if CG_SPANB_BULK
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-// Thread 0: the stage's item and edge blocks are written; copy `bytes` (a
-// multiple of 16) from global src to shared dst, both 16-byte aligned, and
-// complete the stage when they land.
-__device__ __forceinline__ void spanb_fill(SpanbSync* sy, uint4* dst, const uint4* src, u32 bytes)
-{
-#if CG_SPANB_BULK
-    const u32 bar = smem_address(&sy->bar);
-    if (!bytes) {
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-        return;
-    }
-    // the stage's ordinary stores (earlier edge blocks among them) before the
-    // copy engine's writes to the same bytes
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-        ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
-#else
-    for (u32 j = 0; j < bytes / 16; ++j) dst[j] = __ldg(src + j);
-    __threadfence_block();
-    ((volatile u32*)&sy->filled)[0] = sy->filled + 1;
-#endif
-}
-
-// Every thread: wait until the stage's fill number `round` (0, 1, ...) is done.
-__device__ __forceinline__ void spanb_wait(SpanbSync* sy, u32 round)
-{
-#if CG_SPANB_BULK
-    const u32 bar = smem_address(&sy->bar);
-    u32 done = 0;
-    while (!done)
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            " selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(round & 1u)
-            : "memory");
-#else
-    while (((volatile u32*)&sy->filled)[0] <= round) __nanosleep(64);
-    __threadfence_block();
-#endif
-}
-
-// Thread 0: the raw index of item `item` (its row's index position).
-template <class Idx, class M>
-__device__ __forceinline__ i64 spanb_index(const SpanbArgs& a, u64 item)
-{
-    typedef typename M::Ix Ix;
-    Ix row, sg, o, n;
-    divmod<M>(a.seg_div, (Ix)item, row, sg);
-    divmod<M>(a.n_div, row, o, n);
-    return load_index((const Idx*)a.indices + n);
-}
-
-// Thread 0: fill stage `st` with item `item`, whose raw index is i.
-template <class Idx, class M, int MODE>
-__device__ __forceinline__ void spanb_issue(const SpanbArgs& a, u64 item, i64 i, uint4* st,
-                                            SpanbItem* it, SpanbSync* sy, u64 lo, u64 hi)
-{
-    typedef typename M::Ix Ix;
-    Ix row, sg, o, n;
-    divmod<M>(a.seg_div, (Ix)item, row, sg);
-    divmod<M>(a.n_div, row, o, n);
-    const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
-    // Only resolved indices are scaled: a discarded one may be near 2^63.
-    const u64 src = keep ? (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis) : 0;
-    const u64 rb = a.row_bytes, seg = a.seg_chunks;
-    const u64 ob = (u64)a.out + (u64)row * rb, end = ob + rb;
-    const u64 a0 = (ob + 15u) & ~(u64)15;
-    const u64 nc = end >= a0 + 16 ? (end - a0) >> 4 : 0;  // whole aligned chunks
-    const u64 base = (u64)sg * seg;
-    const u32 n_out = base < nc ? (u32)(nc - base < seg ? nc - base : seg) : 0u;
-    it->src = src;
-    it->ob = ob;
-    it->base = base;
-    it->n_out = n_out;
-    it->first = sg == 0;
-    u32 j0 = 0, j1 = 0;  // the stage's blocks [j0, j1) come by the copy engine
-    u64 sb = 0;
-    if (keep && n_out) {
-        const u64 sp = src + (a0 - ob) + 16 * base;
-        const u32 d = (u32)sp & 15u;
-        sb = sp - d;  // the aligned block under the segment's first chunk
-        j1 = n_out + (d != 0);
-        // Only a segment's first block can start before lo and only its last end
-        // past hi (the row's bytes lie in [lo, hi)); those are read bounded.
-        if (sb < lo) {
-            st[0] = load_edge_block(sb, lo, hi);
-            j0 = 1;
-        }
-        if (j1 > j0 && sb + 16 * (u64)j1 > hi) {
-            st[j1 - 1] = load_edge_block(sb + 16 * (u64)(j1 - 1), lo, hi);
-            --j1;
-        }
-        if (j1 < j0) j1 = j0;
-    }
-    spanb_fill(sy, st + j0, (const uint4*)(sb + 16 * (u64)j0), 16 * (j1 - j0));
-}
-
-template <class U, class Idx, class M, int MODE>
-__device__ __forceinline__ void gather_spanb(const SpanbArgs& a)
-{
-    constexpr int S = CG_SPANB_STAGES;
-    CG_DYNAMIC_SMEM(uint4, smem);  // S stages of seg_chunks + 1 blocks, S items, S syncs
-    const u64 seg = a.seg_chunks, items = a.items, step = gridDim.x;
-    SpanbItem* const meta = (SpanbItem*)(smem + (u64)S * (seg + 1));
-    SpanbSync* const sync = (SpanbSync*)(meta + S);
-    const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
-    const uint4 fillv = fill_unit<uint4>(a.fill);
-    const u64 rb = a.row_bytes;
-    const u32 x = threadIdx.x, tx = blockDim.x;
-    if (x == 0) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) spanb_init(sync + s);
-        spanb_init_fence();
-    }
-    __syncthreads();
-    u64 item = blockIdx.x;
-    i64 next_i = 0;  // thread 0: the raw index of the next item it fills a stage with
-    if (x == 0) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-            const u64 it = item + (u64)s * step;
-            if (it < items)
-                spanb_issue<Idx, M, MODE>(a, it, spanb_index<Idx, M>(a, it),
-                                          smem + (u64)s * (seg + 1), meta + s, sync + s, lo, hi);
-        }
-        const u64 nxt = item + (u64)S * step;
-        if (nxt < items) next_i = spanb_index<Idx, M>(a, nxt);
-    }
-    for (u64 k = 0; item < items; item += step, ++k) {
-        const int s = (int)(k % S);
-        uint4* const st = smem + (u64)s * (seg + 1);
-        spanb_wait(sync + s, (u32)(k / S));
-        const SpanbItem m = meta[s];
-        const bool keep = m.src != 0;
-        const u64 end = m.ob + rb;
-        const u64 a0 = (m.ob + 15u) & ~(u64)15;
-        const u64 nc = end >= a0 + 16 ? (end - a0) >> 4 : 0;
-        const u32 d = (u32)(m.src + (a0 - m.ob)) & 15u;
-        span_edge_byte(m.first, x, m.ob, end, a0, nc, keep, m.src, a.fill);
-        for (u32 j = x; j < m.n_out; j += tx) {
-            uint4 v = fillv;
-            if (keep) v = d ? window16(st[j], st[j + 1], d) : st[j];
-            store_stream((uint4*)(a0 + 16 * (m.base + j)), v);
-        }
-        __syncthreads();  // every thread is done with the stage
-        if (x == 0) {
-            const u64 nxt = item + (u64)S * step;
-            if (nxt < items) {
-                spanb_issue<Idx, M, MODE>(a, nxt, next_i, st, meta + s, sync + s, lo, hi);
-                if (nxt + step < items) next_i = spanb_index<Idx, M>(a, nxt + step);
-            }
         }
     }
 }

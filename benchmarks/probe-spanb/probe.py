@@ -2,6 +2,7 @@
 the copy on long rows from DRAM (BENCHMARKS.md, "spanb: long rows through the
 bulk copy engine"), on a GPU:
 
+    git apply benchmarks/probe-spanb/spanb.diff   # the kernel was not kept
     python benchmarks/probe-spanb/probe.py   # writes $OUT/probe-spanb.json (default /tmp)
 
 The cases are the held-out sweeps' rows of 4 KB or more with 1 MiB or more out
@@ -13,6 +14,7 @@ segment, blocks per SM: the launch bound and the persistent grid).  Every
 result is checked bit for bit against cupy.take.  Medians of 30 calls between
 two events behind a holding kernel (the sweep's timing), microseconds; the
 variants of a case run back to back.  PROBE_VARIANTS=a,b,... times a subset.
+Result: results-2026-12-05.json (H200, PROBE_BUDGET_S=130, every case).
 """
 import json, os, time
 import numpy as np

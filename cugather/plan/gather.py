@@ -22,7 +22,7 @@ from .keys import KernelKey, kind_spec
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
-                "flat", "slabf", "flatv", "span", "spanb", "lean", "strided")
+                "flat", "slabf", "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
@@ -167,9 +167,6 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if kind == "span":
         return _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                           math_name, max_grid, base)
-    if kind == "spanb":
-        return _plan_spanb(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
-                           math_name, max_grid, base, limits)
 
     mname = index_math(max(rows, units, n_idx, n_outer), math_name)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows, units=units,
@@ -277,13 +274,9 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "flatv" and (row_bytes != unit or n_idx % _flat_per(unit)):
         return (f"rows of one unit and an index count that {_flat_per(unit)} divides; rows "
                 f"here are {row_bytes // unit} units, {n_idx} indices")
-    if kind in ("span", "spanb") and (row_bytes < tuning.SPAN_MIN_ROW or out_align < 16):
+    if kind == "span" and (row_bytes < tuning.SPAN_MIN_ROW or out_align < 16):
         return (f"rows of at least {tuning.SPAN_MIN_ROW} bytes and a 16-byte aligned output; "
                 f"rows here are {row_bytes} B, out aligned to {out_align} B")
-    if kind == "spanb" and _spanb_shared(tuning.SPANB_SEG) > limits.max_shared_mem:
-        return (f"{_spanb_shared(tuning.SPANB_SEG)} bytes of shared memory per block for "
-                f"{tuning.SPANB_STAGES} stages of {tuning.SPANB_SEG} chunks; this device allows "
-                f"{limits.max_shared_mem}")
     if kind == "lean" and out_bytes > tuning.LEAN_MAX_OUT and row_bytes != unit:
         return (f"an output of at most {tuning.LEAN_MAX_OUT} bytes or rows of one unit; this "
                 f"one is {out_bytes} B of {row_bytes // unit}-unit rows")
@@ -567,35 +560,3 @@ def _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mo
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as aligned 16-byte chunks "
                                         f"staged in shared memory; block {tx}x{ty}, {v} chunks "
                                         f"per thread, {segs} segment(s) per row", **base)
-
-
-def _spanb_shared(seg: int) -> int:
-    """spanb's shared memory: SPANB_STAGES stages of seg + 1 16-byte blocks, then
-    per stage a 32-byte item and a 16-byte sync (kernels/gather.cuh SpanbItem,
-    SpanbSync)."""
-    return tuning.SPANB_STAGES * ((seg + 1) * 16 + 32 + 16)
-
-
-def _plan_spanb(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
-                max_grid, base, limits) -> GatherPlan:
-    # Items (row, segment): a row's chunks shared evenly by segments of at most
-    # SPANB_SEG chunks; a persistent grid of SPANB_BLOCKS blocks per SM (fewer
-    # where there are fewer items) walks them, MAX_THREADS threads each.
-    rows = n_outer * n_idx
-    chunks = cdiv(row_bytes, 16)
-    segs = cdiv(chunks, tuning.SPANB_SEG)
-    seg = cdiv(chunks, segs)
-    items = rows * segs
-    mname = index_math(max(items, rows, n_idx, n_outer), math_name)
-    bits = 32 if mname == "fast32" else 64
-    lo, hi = data.extent()
-    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0],
-                  row_bytes=row_bytes, lo=lo, hi=hi, n_div=make_divisor(max(n_idx, 1), bits),
-                  seg_div=make_divisor(segs, bits), items=items, seg_chunks=seg)
-    grid = (min(items, tuning.SPANB_BLOCKS * limits.sm_count, max_grid or GRID_X_MAX), 1, 1)
-    main = Launch(KernelKey("spanb", 16, index_dtype, mname, mode), fields, grid,
-                  (tuning.MAX_THREADS, 1, 1), _spanb_shared(seg))
-    return GatherPlan(main=main, reason=f"rows of {row_bytes} B as aligned 16-byte chunks, "
-                                        f"{segs} segment(s) of {seg} chunks per row staged "
-                                        f"{tuning.SPANB_STAGES} deep by bulk copies; "
-                                        f"{grid[0]} blocks walk {items} items", **base)

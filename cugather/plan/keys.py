@@ -155,10 +155,6 @@ _SPECS = {
     # row's index read once per thread.
     "span": KindSpec("gather.cuh", "gather_span", "SpanArgs", units=(16,),
                      min_blocks=tuning.SPAN_BLOCKS),
-    # span's chunks, each segment's source blocks staged by the bulk copy engine
-    # (sm_90; thread 0's copies before it), several stages deep, a persistent grid.
-    "spanb": KindSpec("gather.cuh", "gather_spanb", "SpanbArgs", units=(16,),
-                      min_blocks=lambda key: tuning.SPANB_BLOCKS),
     # The strided fallback of Gather/take: any strides, one unit per thread.
     # Plain division is built for it only, as the reference fast_divmod is
     # measured against.

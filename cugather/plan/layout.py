@@ -4,7 +4,7 @@ Kernels take one struct by value; the host fills a size-1 structured array of
 the matching dtype.  Every rendered source carries ``static_assert``s built
 from these offsets, so a drift between the two sides fails to compile.  The
 structs live beside their kernels: ``GatherArgs``, ``StridedArgs``,
-``WindowArgs``, ``FlatArgs``, ``SpanArgs``, ``SpanbArgs`` and ``CheckArgs`` in
+``WindowArgs``, ``FlatArgs``, ``SpanArgs`` and ``CheckArgs`` in
 kernels/gather.cuh, ``ElementsArgs`` in kernels/elements.cuh, ``NDArgs`` and
 ``NDCheckArgs`` in kernels/nd.cuh,
 ``QuantArgs`` in kernels/quantized.cuh.  A kind registered from another module
@@ -69,13 +69,6 @@ SPAN_ARGS = numpy.dtype(POINTERS + [
     FILL,
 ], align=True)
 
-SPANB_ARGS = numpy.dtype(POINTERS + [
-    ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
-    ("row_bytes", "<u8"), ("lo", "<i8"), ("hi", "<i8"),
-    ("n_div", DIVISOR), ("seg_div", DIVISOR), ("items", "<u8"), ("seg_chunks", "<u8"),
-    FILL,
-], align=True)
-
 CHECK_ARGS = numpy.dtype([
     ("indices", "<u8"), ("first_bad", "<u8"), ("n", "<u8"), ("axis_len", "<i8"),
 ], align=True)
@@ -122,7 +115,6 @@ QUANT_ARGS = numpy.dtype([
 #: C struct name -> dtype.
 ARGS_DTYPES = {"GatherArgs": GATHER_ARGS, "StridedArgs": STRIDED_ARGS,
                "WindowArgs": WINDOW_ARGS, "FlatArgs": FLAT_ARGS, "SpanArgs": SPAN_ARGS,
-               "SpanbArgs": SPANB_ARGS,
                "CheckArgs": CHECK_ARGS,
                "ElementsArgs": ELEMENTS_ARGS, "NDArgs": ND_ARGS, "NDCheckArgs": ND_CHECK_ARGS,
                "QuantArgs": QUANT_ARGS}
@@ -135,7 +127,6 @@ POINTER_FIELDS = {
     "WindowArgs": ("data", "indices", "out", "first_bad"),
     "FlatArgs": ("data", "indices", "out", "first_bad"),
     "SpanArgs": ("data", "indices", "out", "first_bad"),
-    "SpanbArgs": ("data", "indices", "out", "first_bad"),
     "CheckArgs": ("indices", "first_bad"),
     "ElementsArgs": ("data", "indices", "out", "first_bad"),
     "NDArgs": ("data", "indices", "out", "first_bad"),

@@ -60,7 +60,7 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("slab", "slab", None), ("slabw", "slabw", None), ("window", "window", None),
     ("pack", "pack", None),
     ("flat", "flat", None), ("slabf", "slabf", None), ("flatv", "flatv", None),
-    ("span", "span", None), ("spanb", "spanb", None),
+    ("span", "span", None),
     ("lean", "lean", None),
     ("strided", "strided", None),
 )

@@ -116,16 +116,6 @@ SPAN_THREADS = 256
 SPAN_V = 4
 SPAN_MIN_ROW = 256
 SPAN_BLOCKS = 6
-# spanb (span's chunks, each segment's source blocks brought into shared memory
-# by the bulk copy engine, SPANB_STAGES deep, a persistent grid of
-# SPANB_BLOCKS blocks per SM walking (row, segment) items): stages per block,
-# 16-byte chunks per segment at most (a stage holds one block more), blocks per
-# SM (the __launch_bounds__ minimum and the grid; SPANB_STAGES stages of
-# SPANB_SEG + 1 blocks each fit that many times in an SM's 228 KB).  A tuning
-# candidate, not yet timed.
-SPANB_STAGES = 3
-SPANB_SEG = 768
-SPANB_BLOCKS = 5
 # lean (one unit per thread, nothing unrolled): rows of one unit of any size, and
 # rows of several units in outputs of at most LEAN_MAX_OUT bytes; a tuning table
 # decides where within that, the rules take it for short calls only.  Short
@@ -206,7 +196,6 @@ KERNEL_DEFINES = {
     "CG_PACK_ROWS": PACK_ROWS,
     "CG_PACK_ILP": PACK_ILP,
     "CG_SPAN_V": SPAN_V,
-    "CG_SPANB_STAGES": SPANB_STAGES,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ELEMENTS_ROW_PICKS": ELEMENTS_ROW_PICKS,
     "CG_ND_SHORT_RU": ND_SHORT_RU,

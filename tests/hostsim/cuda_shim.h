@@ -195,20 +195,6 @@ static void wait(int state)
 
 static void syncthreads() { wait(AT_BARRIER); }
 
-// __nanosleep in a spin loop on shared memory: let the other threads run.  A
-// block whose threads spin this often without finishing is deadlocked.
-enum { SPIN_LIMIT = 1 << 24 };
-static unsigned long spins;  // per block
-static void spin_yield()
-{
-    if (++spins > SPIN_LIMIT) {
-        fail("threads spun %d times in __nanosleep loops without the block finishing "
-             "(a wait nobody releases)", (int)SPIN_LIMIT);
-        siglongjmp(fault_return, SIGUSR1);
-    }
-    swapcontext(&fibers[current].ctx, &scheduler);  // still READY: resumed next sweep
-}
-
 // Lanes of the calling warp that exist in this block.
 static unsigned warp_lanes()
 {
@@ -291,7 +277,6 @@ static inline int __syncthreads_or(int p) { return (int)cgsim::block_reduce(p, 2
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { cgsim::syncwarp(mask); }
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}
-static inline void __nanosleep(unsigned) { cgsim::spin_yield(); }
 
 template <class T>
 static inline T __shfl_sync(unsigned mask, T var, int src, int width = 32)
@@ -483,7 +468,6 @@ static bool release_waiters()
 
 static bool run_block()
 {
-    spins = 0;
     if (dynamic_bytes) memset(dynamic_smem, 0xCD, dynamic_bytes);  // undefined at block start
     for (int t = 0; t < n_threads; ++t) {
         Fiber& f = fibers[t];
@@ -509,13 +493,10 @@ static bool run_block()
             threadIdx.z = t / (bx * by);
             swapcontext(&scheduler, &fibers[t].ctx);
         }
-        bool all_done = true, spinning = false;
-        for (int t = 0; t < n_threads; ++t) {
-            all_done &= fibers[t].state == DONE;
-            spinning |= fibers[t].state == READY;  // yielded in __nanosleep
-        }
+        bool all_done = true;
+        for (int t = 0; t < n_threads; ++t) all_done &= fibers[t].state == DONE;
         if (all_done) return true;
-        if (!release_waiters() && !spinning) {
+        if (!release_waiters()) {
             if (!failed) {
                 char states[256] = "";
                 int n = 0;
@@ -607,9 +588,7 @@ static int launch(void (*kernel)(const void*), const void* args, const unsigned*
             where = " (just past the dynamic shared memory)";
         else if ((char*)a >= (char*)dynamic_smem - page && (char*)a < (char*)dynamic_smem)
             where = " (just before the dynamic shared memory)";
-        if (sig != SIGUSR1)  // SIGUSR1: spin_yield gave up, its message is the error
-            fail("%s at address %p%s", sig == SIGSEGV ? "segmentation fault" : "bus error", a,
-                 where);
+        fail("%s at address %p%s", sig == SIGSEGV ? "segmentation fault" : "bus error", a, where);
     }
     in_kernel = 0;
     sigaction(SIGSEGV, &old_segv, nullptr);

@@ -246,21 +246,6 @@ def _flatv(key: KernelKey) -> list:
     ]
 
 
-@register("spanb")
-def _spanb(key: KernelKey) -> list:
-    # Items (row, segment) walked by a persistent grid, three stages deep: rows
-    # of 301 bytes from a misaligned table (every stage shifted, the table's
-    # edge blocks read bounded) over several blocks; a grid of one block that
-    # walks every item through each stage several times; rows of 16417 bytes
-    # in two segments (head and tail bytes in segment 0 only); a middle axis.
-    return [
-        Case((50, 301), axis=0, index_shape=(33,), layout="offset", **_common(key, "blocks")),
-        Case((50, 301), axis=0, index_shape=(2, 9), **_common(key, "loop", max_grid=1)),
-        Case((4, 16417), axis=0, index_shape=(3,), **_common(key, "segments", max_grid=2)),
-        Case((3, 7, 301), axis=1, index_shape=(5,), **_common(key, "outer")),
-    ]
-
-
 @register("lean")
 def _lean(key: KernelKey) -> list:
     # One unit per thread: rows of several units over several blocks with a

@@ -62,23 +62,6 @@ extern "C" __global__ void st_arith(const SelfArgs a)
     a.out64[3 * g + 2] = 0;
 }
 
-// A flag in shared memory that the last thread raises after the others start
-// waiting on it in __nanosleep loops: right only if a sleeping thread lets the
-// others run.  Each thread then writes what it saw.
-extern "C" __global__ void st_spin(const SelfArgs a)
-{
-    __shared__ volatile int flag;
-    const int t = threadIdx.x;
-    if (t == 0) flag = 0;
-    __syncthreads();
-    if (t == (int)blockDim.x - 1) {
-        flag = __ldg(a.in + t);
-    } else {
-        while (flag == 0) __nanosleep(32);
-    }
-    a.out[blockIdx.x * blockDim.x + t] = flag;
-}
-
 // Misbehaviour the host tier must report, one per mode.
 extern "C" __global__ void st_faulty(const SelfArgs a)
 {
@@ -96,9 +79,5 @@ extern "C" __global__ void st_faulty(const SelfArgs a)
         if ((t & 31) < 16) a.out[t] = __shfl_sync(0xffffffffu, t, 0);
     } else if (a.mode == 5) {   // atomic outside the outputs
         atomicMin((unsigned long long*)(a.out64 - 1), 0ull);
-    } else if (a.mode == 6) {   // a wait nobody releases
-        __shared__ volatile int never;
-        never = 0;
-        while (!never) __nanosleep(32);
     }
 }

@@ -473,36 +473,3 @@ def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_byt
     assert tx % 32 == 0 and tx * ty * tz <= tuning.MAX_THREADS
     assert seg == tx * tuning.SPAN_V and p.grid[1] * seg >= math.ceil(row_bytes / 16)
     assert p.main.shared_mem == ty * (seg + 1) * 16
-
-
-@pytest.mark.parametrize("row_bytes,segs", [(256, 1), (12288, 1), (12289, 2), (16417, 2),
-                                            (62314, 6)])
-def test_spanb_walks_row_segments_with_a_persistent_grid(row_bytes, segs):
-    """spanb: a row's cdiv(row_bytes, 16) chunks shared evenly by segments of at
-    most SPANB_SEG, rows x segments items, a grid of SPANB_BLOCKS blocks per SM
-    at most (fewer where there are fewer items), and shared memory for
-    SPANB_STAGES stages of a segment's blocks and one more, each with a 32-byte
-    item and a 16-byte sync; it fits the device's 48 KB without an opt-in."""
-    from cugather.plan import tuning
-
-    assert (tuning.SPANB_STAGES, tuning.SPANB_SEG, tuning.SPANB_BLOCKS) == (3, 768, 5)
-    limits = DeviceLimits(132, 49152)
-    for n_idx in (700, 3):
-        p = plan_of(((5000, row_bytes), "u1"), (n_idx,), kind="spanb", limits=limits)
-        f = p.fields
-        chunks = math.ceil(row_bytes / 16)
-        assert (p.key.kind, p.key.unit) == ("spanb", 16)
-        assert f["seg_div"][0] == segs and f["items"] == n_idx * segs
-        assert f["seg_chunks"] == math.ceil(chunks / segs) <= tuning.SPANB_SEG
-        assert p.grid == (min(n_idx * segs, 5 * 132), 1, 1) and p.block == (256, 1, 1)
-        assert p.main.shared_mem == 3 * ((f["seg_chunks"] + 1) * 16 + 48) <= 49152
-        assert f"{segs} segment(s) of {f['seg_chunks']} chunks per row" in p.describe()
-    assert plan_of(((50, row_bytes), "u1"), (7,), kind="spanb", max_grid=2).grid == (2, 1, 1)
-    with pytest.raises(ValueError, match="'spanb' needs rows of at least 256 bytes"):
-        plan_of(((50, 255), "u1"), (7,), kind="spanb")
-    with pytest.raises(ValueError, match="'spanb' needs 37056 bytes of shared memory per block "
-                                         "for 3 stages of 768 chunks; this device allows 32768"):
-        plan_of(((50, row_bytes), "u1"), (7,), kind="spanb", limits=DeviceLimits(132, 32768))
-    with pytest.raises(ValueError, match="'spanb' needs rows of at least 256 bytes and a "
-                                         "16-byte aligned output"):
-        plan_of(((50, row_bytes), "u1"), (7,), kind="spanb", out_align=8)

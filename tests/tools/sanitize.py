@@ -61,9 +61,9 @@ KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
-                "flat", "slabf", "flatv", "span", "spanb", "lean", "strided", "bcast")
+                "flat", "slabf", "flatv", "span", "lean", "strided", "bcast")
 # kinds that stage data in shared memory
-SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "span", "spanb", "elements_row")
+SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "span", "elements_row")
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,6 @@ CANDIDATES = {
               Geometry((40,), 0, (8, 3))],
     "span": [Geometry((50, 301), 0, (33,)), Geometry((3, 7, 301), 1, (5,), max_grid=1),
              Geometry((4, 16417), 0, (3,))],
-    # items (row, segment) through three stages: several blocks, one block that
-    # reuses every stage, rows of two segments
-    "spanb": [Geometry((50, 301), 0, (33,)), Geometry((3, 7, 301), 1, (5,), max_grid=1),
-              Geometry((4, 16417), 0, (3,), max_grid=2)],
     "lean": [Geometry((50, 7), 0, (130,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((40,), 0, (3, 7))],
     # an axis of length 1: rows of several units, of one unit, and on a grid
