@@ -736,6 +736,107 @@ __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 }
 
 // ---------------------------------------------------------------------------
+// weave: rows of two units or more and fewer than 16 bytes, from a table at
+// any alignment.  A warp takes tiles of 32 x CG_WEAVE_RU consecutive rows
+// (`chunks` tiles in all): each lane loads the indices of CG_WEAVE_RU
+// consecutive rows, all of them before any row, then each row as one aligned
+// 16-byte block (a second where the row crosses into the next), shifted to
+// byte 0, and writes the row's units into the warp's tile in shared memory at
+// the place they take in the output.  The warp then stores the tile as
+// aligned 16-byte chunks (a tile is 2 x CG_WEAVE_RU x row_bytes of them).
+// pack and flat read a row (or a unit) per output chunk it touches, each
+// chunk's index loads one after another; here every index of a lane is in
+// flight at once and each row is read once.
+// ---------------------------------------------------------------------------
+#if !defined(CG_WEAVE_RU)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_weave(const WindowArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int RU = CG_WEAVE_RU;
+    constexpr int T = 32 * RU;            // rows per tile
+    constexpr int NU = 16 / sizeof(U);    // more units than a row has
+    CG_DYNAMIC_SMEM(uint4, tiles);        // blockDim.x / 32 tiles of T * row_bytes bytes
+    const u32 lane = threadIdx.x & 31;
+    const u32 rb = (u32)a.row_bytes;
+    const u32 units = rb / sizeof(U);
+    const u32 tile_chunks = 2 * RU * rb;  // T * rb / 16
+    uint4* tile = tiles + (threadIdx.x >> 5) * tile_chunks;
+    const Ix rows = (Ix)a.rows, n_idx = (Ix)a.n_div.d, n_tiles = (Ix)a.chunks;
+    const Idx* idx = (const Idx*)a.indices;
+    const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
+    const uint4 fillv = fill_unit<uint4>(a.fill);
+    const Ix warps = (Ix)(blockDim.x >> 5);
+
+    for (Ix t = (Ix)blockIdx.x * warps + (Ix)(threadIdx.x >> 5); t < n_tiles;
+         t += (Ix)gridDim.x * warps) {
+        const Ix r0 = t * (Ix)T + (Ix)(lane * RU);
+        Ix o = 0, n = 0;
+        if (r0 < rows) divmod<M>(a.n_div, r0, o, n);
+        // Rows past the output's end read index 0 of outer slice 0 (never stored).
+        i64 ii[RU];
+        Ix oo[RU], nn[RU];
+#pragma unroll
+        for (int k = 0; k < RU; ++k) {
+            if (r0 + (Ix)k >= rows) {
+                o = 0;
+                n = 0;
+            }
+            oo[k] = o;
+            nn[k] = n;
+            ii[k] = load_index(idx + n);
+            if (++n == n_idx) {
+                n = 0;
+                ++o;
+            }
+        }
+        uint4 b0[RU], b1[RU];
+        u32 ss[RU];
+        bool keep[RU];
+#pragma unroll
+        for (int k = 0; k < RU; ++k) {
+            i64 i = ii[k];
+            keep[k] = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]);
+            const u64 p = (u64)(a.data + (i64)oo[k] * a.s_outer + (keep[k] ? i : 0) * a.s_axis);
+            ss[k] = (u32)p & 15u;
+            b0[k] = b1[k] = fillv;
+            if (!may_skip<MODE>() || keep[k]) {  // a rejected row may have no row 0 to read
+                b0[k] = load_block_lean(p - ss[k], lo, hi);
+                b1[k] = ss[k] + rb > 16 ? load_block_lean(p - ss[k] + 16, lo, hi) : b0[k];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < RU; ++k) {
+            const uint4 w = (may_skip<MODE>() && !keep[k]) ? fillv
+                            : window16(b0[k], b1[k], ss[k]);
+            U u[NU];
+            memcpy(u, &w, sizeof(u));
+            U* dst = (U*)((unsigned char*)tile + (lane * RU + k) * rb);
+#pragma unroll
+            for (int j = 0; j < NU; ++j)
+                if ((u32)j < units) dst[j] = u[j];
+        }
+        __syncwarp();
+        const u64 base = (u64)t * (u64)(T * rb);  // the tile's first output byte
+#pragma unroll 1
+        for (u32 c = lane; c < tile_chunks; c += 32) {
+            const u64 b = base + 16 * (u64)c;
+            if (b + 16 <= a.out_bytes) {
+                store_stream((uint4*)(a.out + b), tile[c]);
+            } else if (b < a.out_bytes) {  // the output's last chunk: the bytes that exist
+                const unsigned char* v = (const unsigned char*)(tile + c);
+                for (u32 j = 0; b + j < a.out_bytes; ++j)
+                    store_stream((unsigned char*)(a.out + b + j), v[j]);
+            }
+        }
+        __syncwarp();
+    }
+}
+
+// ---------------------------------------------------------------------------
 // flat: rows of units narrower than 16 bytes, from a table that caches well,
 // written as chunks of the contiguous output.  Chunk c holds output units
 // [cV, cV + V), V = flat_units<U>() (16 bytes of units; 8 of 1-byte units: 16

@@ -22,7 +22,7 @@ from .keys import KernelKey, kind_spec
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
-                "flat", "slabf", "flatv", "span", "lean", "strided")
+                "weave", "flat", "slabf", "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
@@ -154,6 +154,9 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if kind == "strided":
         return _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_align,
                              math_name, max_grid or GRID_X_MAX, base)
+    if kind == "weave":
+        return _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
+                           mode, math_name, max_grid or GRID_X_MAX, base)
     if kind in ("window", "pack"):
         return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
                             mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
@@ -263,6 +266,10 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
+    if kind == "weave" and not (unit <= 4 and unit < row_bytes < 16 and out_align >= 16):
+        return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
+                f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
+                f"to {out_align} B")
     if kind == "slabf" and (s_axis not in (0, row_bytes)
                             or axis_len * row_bytes > _slab_stage(limits)):
         return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
@@ -440,6 +447,30 @@ def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_d
     main = Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
                                         f"{ilp} per thread", **base)
+
+
+def _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                math_name, grid_cap, base) -> GatherPlan:
+    # Tiles of 32 x WEAVE_RU consecutive rows, one per warp at a time, each staged
+    # in shared memory (T x row_bytes bytes a warp: a multiple of 16, so every
+    # tile's output starts 16-byte aligned on the aligned output) and stored as
+    # 16-byte chunks.  Row numbers reach one tile past the last row.
+    rows = n_outer * n_idx
+    tile = 32 * tuning.WEAVE_RU
+    tiles = cdiv(rows, tile)
+    mname = index_math(max(tiles * tile, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
+    lo, hi = data.extent()
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
+                  row_bytes=row_bytes, out_bytes=rows * row_bytes, chunks=tiles, lo=lo, hi=hi,
+                  n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))
+    warps = tuning.MAX_THREADS // 32
+    grid = (min(cdiv(tiles, warps), grid_cap), 1, 1)
+    main = Launch(KernelKey("weave", unit, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1), warps * tile * row_bytes)
+    return GatherPlan(main=main, reason=f"rows of {row_bytes} B ({row_bytes // unit} units of "
+                                        f"{unit} B) in tiles of {tile} rows a warp, woven in "
+                                        f"shared memory into 16-byte chunks", **base)
 
 
 def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,

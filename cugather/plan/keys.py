@@ -132,6 +132,11 @@ _SPECS = {
     "window": KindSpec("gather.cuh", "gather_window", "WindowArgs", units=(16,), min_blocks=4),
     # Rows of 3 to 15 bytes, several per 16-byte chunk, through window's loop.
     "pack": KindSpec("gather.cuh", "gather_pack", "WindowArgs", units=(16,), min_blocks=4),
+    # Rows of two or more units under 16 bytes: a warp's tile of rows, each row
+    # loaded once, laid out in shared memory and stored as 16-byte chunks.
+    "weave": KindSpec("gather.cuh", "gather_weave", "WindowArgs", units=(1, 2, 4),
+                      min_blocks=lambda key: (tuning.WEAVE_BLOCKS if key.math == "fast32"
+                                              else tuning.WEAVE_BLOCKS - 1)),
     # Rows of units narrower than 16 bytes, written as 16-byte chunks of units
     # (8-byte chunks of 1-byte units).
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),

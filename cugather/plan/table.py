@@ -58,7 +58,7 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("chunks", "chunks", None), ("chunks16", "chunks16", None), ("scalar", "scalar", None),
     ("inner", "inner", None),
     ("slab", "slab", None), ("slabw", "slabw", None), ("window", "window", None),
-    ("pack", "pack", None),
+    ("pack", "pack", None), ("weave", "weave", None),
     ("flat", "flat", None), ("slabf", "slabf", None), ("flatv", "flatv", None),
     ("span", "span", None),
     ("lean", "lean", None),

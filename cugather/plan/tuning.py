@@ -97,6 +97,13 @@ WINDOW_MAX_ROW = 2048
 # 50 MB and more, and up to 1.6x faster only on calls of a few microseconds.
 PACK_ROWS = 6
 PACK_ILP = 2
+# weave (rows of two units or more under 16 bytes, tiles of 32 x WEAVE_RU rows
+# a warp woven in shared memory): rows per lane, and the __launch_bounds__
+# minimum resident blocks of the fast32 kernels (one fewer for fast64: 1-byte
+# units spill there at 4; at 6, 40 registers, fast32 spills too).  A tuning
+# candidate.
+WEAVE_RU = 4
+WEAVE_BLOCKS = 4
 # flat (rows of 1- to 8-byte units as 16-byte output chunks): __launch_bounds__
 # minimum resident blocks by (unit, index math), low enough that no mode spills
 # (the NVRTC tier checks every architecture); a chunk of 1- or 2-byte units holds
@@ -195,6 +202,7 @@ KERNEL_DEFINES = {
     "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_PACK_ROWS": PACK_ROWS,
     "CG_PACK_ILP": PACK_ILP,
+    "CG_WEAVE_RU": WEAVE_RU,
     "CG_SPAN_V": SPAN_V,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ELEMENTS_ROW_PICKS": ELEMENTS_ROW_PICKS,

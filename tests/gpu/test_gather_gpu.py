@@ -49,7 +49,7 @@ def test_take_matches_numpy(mode, axis):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
-                                  "flat", "slabf", "flatv", "lean", "strided"])
+                                  "flat", "slabf", "flatv", "weave", "lean", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -61,7 +61,9 @@ def test_forced_variants(kind, math_name, mode):
     rng = np.random.default_rng(4)
     staged = kind in ("inner", "slab", "slabw")
     # chunks16: 4-byte units (rows of 1001 float32), 16 per thread
-    cols = 1 if kind in ("scalar", "flatv") or staged else 1001 if kind == "chunks16" else 6
+    # weave: rows of 3 units under 16 bytes
+    cols = (1 if kind in ("scalar", "flatv") or staged else 1001 if kind == "chunks16"
+            else 3 if kind == "weave" else 6)
     # slabw: 301 picks start the 9 outer rows at every phase of its 8-byte words;
     # slabf: rows of 3 units, 9 outer rows, chunks that straddle outer rows
     data = (random_data(rng, (9, 50), "float32") if staged
@@ -79,8 +81,8 @@ def test_forced_variants(kind, math_name, mode):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
-                                  "window", "pack", "flat", "slabf", "flatv", "lean", "span",
-                                  "strided"])
+                                  "window", "pack", "weave", "flat", "slabf", "flatv", "lean",
+                                  "span", "strided"])
 @pytest.mark.parametrize("mode", ["fill", "raise"])
 def test_empty_axis_reads_no_data(kind, mode):
     """An axis of size 0, each kind forced: fill mode fills every output unit, raise
@@ -181,6 +183,39 @@ def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
             got = run_plan(plan, data, cp.asarray(idx), fill=fill)
             want = gather_ref(host, idx, axis, mode, 0xA5)
             assert_same(got.get(), want, f"rows of {row_bytes} B at offset {shift}, {shape}")
+
+
+@pytest.mark.parametrize("row_bytes", range(3, 16))
+@pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
+def test_weave_rows_of_every_length_and_offset(row_bytes, mode):
+    """The weave kernel on rows of 3 to 15 bytes at offsets from a 16-byte boundary
+    that give 1-, 2- and 4-byte units, from a leading and a middle axis, int32
+    and int64 indices, over many tiles and on a grid whose warps loop."""
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    rng = np.random.default_rng(row_bytes + 100 * len(mode))
+    n = 1000
+    for shift in (0, 1, 2, 4, 8, 15):
+        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
+            host = rng.integers(0, 256, shape, dtype=np.uint8)
+            raw = cp.zeros(host.size + 32, cp.uint8)
+            data = raw[shift:shift + host.size].reshape(shape)
+            data[...] = cp.asarray(host)
+            for index_dtype, grid in (("int32", None), ("int64", 5)):
+                idx = random_indices(rng, (int(rng.integers(3000, 9000)),), n, index_dtype,
+                                     out_of_range=mode != "raise")
+                op = cugather.GatherOp(axis, mode=mode, fill_value=0xA5)
+                try:
+                    plan = op.plan(data, idx, kind="weave", max_grid=grid)
+                except ValueError as e:  # rows of one unit (4 or 8 bytes at an aligned offset)
+                    assert row_bytes in (4, 8) and shift % row_bytes == 0, e
+                    continue
+                assert plan.key.kind == "weave"
+                fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
+                got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+                assert_same(got.get(), gather_ref(host, idx, axis, mode, 0xA5),
+                            f"rows of {row_bytes} B at offset {shift}, {shape}, {index_dtype}")
 
 
 @pytest.mark.parametrize("row_bytes", [256, 263, 1000, 4096, 4099, 16417, 40960])

@@ -198,6 +198,21 @@ def _pack(key: KernelKey) -> list:
     ]
 
 
+@register("weave")
+def _weave(key: KernelKey) -> list:
+    # Rows of two units or more under 16 bytes (7, 5 or 3 units), tiles of 128
+    # rows: 11 tiles over two blocks, the last one partial; rows of several outer
+    # slices from a table one item past a 256-byte boundary on a grid of one
+    # block whose warps take two tiles each; one partial tile of three-unit rows.
+    units = {1: 7, 2: 5, 4: 3}[key.unit]
+    return [
+        Case((50, units), axis=0, index_shape=(1300,), **_common(key, "blocks")),
+        Case((3, 40, units), axis=1, index_shape=(30, 13), layout="offset",
+             **_common(key, "loop", max_grid=1)),
+        Case((7, 3), axis=0, index_shape=(9,), **_common(key, "small")),
+    ]
+
+
 @register("flat")
 def _flat(key: KernelKey) -> list:
     # Rows of an odd number of units (the unit stays the item size) as 16-byte

@@ -218,7 +218,7 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
     launch); with out= the check kernel runs first, nothing after it, and out= stays
     untouched."""
     shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab", "slabw", "flatv") else
-                   ((60, 3), 0) if kind == "pack" else
+                   ((60, 3), 0) if kind in ("pack", "weave") else
                    ((60, 70), 0) if kind == "span" else ((60, 5), 0))
     case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,
                 bad_at=(650, 333, 512), force=(("kind", kind), ("max_grid", 1)),
@@ -288,6 +288,53 @@ def test_pack_every_row_length_and_alignment(row_bytes, mode):
             assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
             ran = [k.kind for k, *_ in runner.last_launches()]
             assert ran == ["pack"], runner.last_launches()
+
+
+@pytest.mark.parametrize("row_bytes", range(2, 16))
+@pytest.mark.parametrize("mode", ["wrap", "fill"])
+def test_weave_every_row_length_and_alignment(row_bytes, mode):
+    """The weave kernel on rows of 2 to 15 bytes starting at offsets 0, 3, 8 and 13
+    from a 16-byte boundary (a row then lies in one block or crosses into the
+    next; the table's first and last blocks are read bounded; rows of one unit
+    are refused), from a leading
+    axis over several tiles and from a middle axis on a grid of one block (a
+    lane's rows cross from one outer slice to the next), against numpy.take."""
+    rng = np.random.default_rng(row_bytes * 37 + (mode == "fill"))
+    n = 23
+    for shift in (0, 3, 8, 13):
+        for shape, axis, picks, grid in (((n, row_bytes), 0, 300, None),
+                                         ((3, n, row_bytes), 1, 37, 1)):
+            size = int(np.prod(shape))
+            raw = runner.device_empty((size + 32,), np.uint8)
+            data = raw[shift:shift + size].reshape(shape)
+            data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+            idx = rng.integers(-n - 4 if mode == "fill" else -3 * n, 2 * n, size=picks)
+            if row_bytes in (2, 4, 8) and shift % row_bytes == 0:  # one unit: not weave's
+                with pytest.raises(ValueError, match=f"rows here are {row_bytes} B of "
+                                                     f"{row_bytes}-byte units"):
+                    runner.host_gather(data, idx, axis, mode=mode, kind="weave")
+                continue
+            got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="weave",
+                                     max_grid=grid)
+            want = gather_ref(data, idx, axis, mode, 0xA5)
+            assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
+            ran = [k.kind for k, *_ in runner.last_launches()]
+            assert ran == ["weave"], runner.last_launches()
+
+
+@pytest.mark.parametrize("dtype,units", [("int16", 3), ("float16", 7), ("uint16", 5),
+                                         ("float32", 3)])
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_weave_wider_units(dtype, units, mode):
+    """weave with 2- and 4-byte units from aligned tables (one store per unit into
+    the tile), fill values of the element's width, against numpy.take."""
+    rng = np.random.default_rng(zlib.crc32(f"{dtype}/{units}/{mode}".encode()))
+    data = runner.device_copy(random_data(rng, (5, 31, units), dtype))
+    idx = rng.integers(-40, 40, size=(7, 29))
+    got = runner.host_gather(data, idx, 1, mode=mode, fill_value=3, kind="weave")
+    assert_same(got, gather_ref(data, idx, 1, mode, 3), f"{dtype} rows of {units} units")
+    ran = [(k.kind, k.unit) for k, *_ in runner.last_launches()]
+    assert ran == [("weave", np.dtype(dtype).itemsize)], runner.last_launches()
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "int64", "complex64"])

@@ -473,3 +473,34 @@ def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_byt
     assert tx % 32 == 0 and tx * ty * tz <= tuning.MAX_THREADS
     assert seg == tx * tuning.SPAN_V and p.grid[1] * seg >= math.ceil(row_bytes / 16)
     assert p.main.shared_mem == ty * (seg + 1) * 16
+
+
+@pytest.mark.parametrize("shape,dtype,axis,unit", [((5000, 7), "u1", 0, 1), ((9, 500, 5), "f2", 1, 2),
+                                                 ((5000, 3), "f4", 0, 4), ((5000, 15), "u1", 0, 1)])
+def test_weave_tiles_cover_the_rows_with_a_tile_of_shared_memory_per_warp(shape, dtype, axis,
+                                                                         unit):
+    """weave: tiles of 32 x WEAVE_RU rows, one per warp, cover every row; each warp
+    of a block has row_bytes x that many bytes of shared memory, a multiple of 16
+    (every tile's output starts 16-byte aligned); the unit is the row's own."""
+    from cugather.plan import tuning
+
+    tile = 32 * tuning.WEAVE_RU
+    for n_idx, grid_cap in ((7, None), (3001, None), (100000, 3)):
+        p = plan_of((shape, dtype), (n_idx,), axis=axis, kind="weave", max_grid=grid_cap)
+        f = p.fields
+        rows = math.prod(shape[:axis]) * n_idx
+        row_bytes = shape[-1] * np.dtype(dtype).itemsize
+        warps = p.block[0] // 32
+        assert (p.key.kind, p.key.unit) == ("weave", unit) and p.block == (tuning.MAX_THREADS, 1, 1)
+        assert f["rows"] == rows and f["row_bytes"] == row_bytes
+        assert f["chunks"] == math.ceil(rows / tile) and f["out_bytes"] == rows * row_bytes
+        assert p.main.shared_mem == warps * tile * row_bytes and (tile * row_bytes) % 16 == 0
+        assert p.grid[0] == min(math.ceil(f["chunks"] / warps), grid_cap or 1 << 31)
+        assert f"in tiles of {tile} rows a warp" in p.describe()
+    for bad, why in ((((50, 4), "u1"), "rows here are 4 B of 4-byte units"),
+                     (((50, 16), "u1"), "rows here are 16 B of 16-byte units"),
+                     (((50, 3), "f8"), "rows here are 24 B of 8-byte units")):
+        with pytest.raises(ValueError, match=f"'weave' needs rows of two units or more .*{why}"):
+            plan_of(bad, (7,), kind="weave")
+    with pytest.raises(ValueError, match="a 16-byte aligned output; .* out aligned to 8 B"):
+        plan_of(((50, 7), "u1"), (7,), kind="weave", out_align=8)
