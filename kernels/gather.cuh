@@ -748,7 +748,7 @@ __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 // chunk's index loads one after another; here every index of a lane is in
 // flight at once and each row is read once.
 // ---------------------------------------------------------------------------
-#if !defined(CG_WEAVE_RU)
+#if !defined(CG_WEAVE_RU) || !defined(CG_WEAVE_LANES)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -773,22 +773,26 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
 
     for (Ix t = (Ix)blockIdx.x * warps + (Ix)(threadIdx.x >> 5); t < n_tiles;
          t += (Ix)gridDim.x * warps) {
-        const Ix r0 = t * (Ix)T + (Ix)(lane * RU);
+        // Row k of the lane: tile row lane * RU + k (CG_WEAVE_LANES 0, one split and
+        // steps) or k * 32 + lane (1: each index load coalesced, a split per row).
+        const Ix r0 = t * (Ix)T + (Ix)(CG_WEAVE_LANES ? lane : lane * RU);
         Ix o = 0, n = 0;
-        if (r0 < rows) divmod<M>(a.n_div, r0, o, n);
+        if (!CG_WEAVE_LANES && r0 < rows) divmod<M>(a.n_div, r0, o, n);
         // Rows past the output's end read index 0 of outer slice 0 (never stored).
         i64 ii[RU];
         Ix oo[RU], nn[RU];
 #pragma unroll
         for (int k = 0; k < RU; ++k) {
-            if (r0 + (Ix)k >= rows) {
+            const Ix r = CG_WEAVE_LANES ? r0 + (Ix)(32 * k) : r0 + (Ix)k;
+            if (CG_WEAVE_LANES && r < rows) divmod<M>(a.n_div, r, o, n);
+            if (r >= rows) {
                 o = 0;
                 n = 0;
             }
             oo[k] = o;
             nn[k] = n;
             ii[k] = load_index(idx + n);
-            if (++n == n_idx) {
+            if (!CG_WEAVE_LANES && ++n == n_idx) {
                 n = 0;
                 ++o;
             }
@@ -814,7 +818,8 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
                             : window16(b0[k], b1[k], ss[k]);
             U u[NU];
             memcpy(u, &w, sizeof(u));
-            U* dst = (U*)((unsigned char*)tile + (lane * RU + k) * rb);
+            const u32 at = CG_WEAVE_LANES ? 32 * k + lane : lane * RU + k;  // row in the tile
+            U* dst = (U*)((unsigned char*)tile + at * rb);
 #pragma unroll
             for (int j = 0; j < NU; ++j)
                 if ((u32)j < units) dst[j] = u[j];

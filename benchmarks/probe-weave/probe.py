@@ -9,7 +9,8 @@ The cases are held-out sweeps' shapes of rows of 2 to 15 bytes and two units or
 more where cugather lost to a peer (jax.numpy.take mostly), from tables in L1,
 in L2 and beyond it, then controls.  For each: the device copy of the output
 bytes; the library's plan; flat, pack and slabf forced where they apply; weave
-under each VARIANTS setting (rows per lane, __launch_bounds__ minimum blocks);
+under each VARIANTS setting (rows per lane, __launch_bounds__ minimum blocks,
+which rows a lane takes);
 cupy.take, torch.index_select and jax.numpy.take.  Every result is checked bit
 for bit against cupy.take.  Medians of 30 calls between two events behind a
 holding kernel, microseconds.  PROBE_VARIANTS=a,b,... times a subset,
@@ -28,7 +29,9 @@ from cugather.runtime.launch import CUDA, execute
 
 OUT = os.environ.get("OUT", "/tmp")
 BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "300"))
-VARIANTS = {"r4b4": (4, 4), "r2b5": (2, 5), "r8b2": (8, 2)}  # (WEAVE_RU, WEAVE_BLOCKS)
+# (WEAVE_RU, WEAVE_BLOCKS, WEAVE_LANES)
+VARIANTS = {"r4b4": (4, 4, 0), "r4b4i": (4, 4, 1), "r2b5": (2, 5, 0), "r8b2": (8, 2, 0),
+            "r8b2i": (8, 2, 1)}
 if os.environ.get("PROBE_VARIANTS"):
     VARIANTS = {k: VARIANTS[k] for k in os.environ["PROBE_VARIANTS"].split(",")}
 CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from)
@@ -64,9 +67,10 @@ def us(t):
     return float(np.median(t)) * 1000
 
 
-def set_weave(ru, blocks):
-    tuning.WEAVE_RU, tuning.WEAVE_BLOCKS = ru, blocks
+def set_weave(ru, blocks, lanes):
+    tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES = ru, blocks, lanes
     tuning.KERNEL_DEFINES["CG_WEAVE_RU"] = ru
+    tuning.KERNEL_DEFINES["CG_WEAVE_LANES"] = lanes
     # The launch bound is no define: one that names it keeps each setting's
     # build apart in the compile caches (keyed by the sources' digest).
     tuning.KERNEL_DEFINES["CG_PROBE_WEAVE_BLOCKS"] = blocks
@@ -97,7 +101,7 @@ def main():
     res, t0 = [], time.perf_counter()
     rt = cp.cuda.runtime
     limits = CUDA.limits(0)
-    shipped = (tuning.WEAVE_RU, tuning.WEAVE_BLOCKS)
+    shipped = (tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES)
     for shape, dtype, axis, ishape, idt, note in CASES:
         if time.perf_counter() - t0 > BUDGET_S:
             break

@@ -98,11 +98,13 @@ WINDOW_MAX_ROW = 2048
 PACK_ROWS = 6
 PACK_ILP = 2
 # weave (rows of two units or more under 16 bytes, tiles of 32 x WEAVE_RU rows
-# a warp woven in shared memory): rows per lane, and the __launch_bounds__
+# a warp woven in shared memory): rows per lane, which rows a lane takes (0:
+# consecutive ones, 1: one in every 32), and the __launch_bounds__
 # minimum resident blocks of the fast32 kernels (one fewer for fast64: 1-byte
 # units spill there at 4; at 6, 40 registers, fast32 spills too).  A tuning
 # candidate.
 WEAVE_RU = 4
+WEAVE_LANES = 0
 WEAVE_BLOCKS = 4
 # flat (rows of 1- to 8-byte units as 16-byte output chunks): __launch_bounds__
 # minimum resident blocks by (unit, index math), low enough that no mode spills
@@ -203,6 +205,7 @@ KERNEL_DEFINES = {
     "CG_PACK_ROWS": PACK_ROWS,
     "CG_PACK_ILP": PACK_ILP,
     "CG_WEAVE_RU": WEAVE_RU,
+    "CG_WEAVE_LANES": WEAVE_LANES,
     "CG_SPAN_V": SPAN_V,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ELEMENTS_ROW_PICKS": ELEMENTS_ROW_PICKS,
