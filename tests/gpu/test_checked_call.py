@@ -38,7 +38,8 @@ def test_every_gather_kind_names_the_first_of_many_bad_indices(kind, index_dtype
                    "chunks16": ((60, 1501), 0), "scalar": ((5000,), 0),
                    "inner": ((8, 3000), 1), "slab": ((8, 3000), 1), "slabw": ((8, 3000), 1),
                    "window": ((500, 19), 0),
-                   "pack": ((500, 7), 0), "weave": ((500, 7), 0), "flat": ((500, 7), 0), "slabf": ((8, 300, 3), 1),
+                   "pack": ((500, 7), 0), "weave": ((500, 7), 0), "flat": ((500, 7), 0),
+                   "slabf": ((8, 300, 3), 1),
                    "span": ((500, 301), 0),
                    "lean": ((500, 3), 0), "strided": ((40, 30), 0)}[kind]
     dtype = np.uint8 if kind in ("window", "pack", "weave", "span") else np.float32

@@ -160,6 +160,19 @@ def test_axis_of_length_one(dtype, api, mode):
             cugather.gather(cp.zeros((4, 1), dtype), cp.asarray([0, -1, 1, 0]), 1)
 
 
+def _shifted_rows(rng, n, row_bytes, shifts):
+    """(shift, shape, axis, host, data) for tables of n random rows of ``row_bytes``
+    bytes, on a leading axis and on the middle one of 3 outer slices, placed
+    ``shift`` bytes past an allocation's start (every alignment the kernels meet)."""
+    for shift in shifts:
+        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
+            host = rng.integers(0, 256, shape, dtype=np.uint8)
+            raw = cp.zeros(host.size + 32, cp.uint8)
+            data = raw[shift:shift + host.size].reshape(shape)
+            data[...] = cp.asarray(host)
+            yield shift, shape, axis, host, data
+
+
 @pytest.mark.parametrize("row_bytes", range(3, 16))
 @pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
 def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
@@ -170,19 +183,14 @@ def test_pack_rows_of_every_length_and_offset(row_bytes, mode):
 
     rng = np.random.default_rng(row_bytes)
     n = 1000
-    for shift in (0, 1, 5, 8, 15):
-        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
-            host = rng.integers(0, 256, shape, dtype=np.uint8)
-            raw = cp.zeros(host.size + 32, cp.uint8)
-            data = raw[shift:shift + host.size].reshape(shape)
-            data[...] = cp.asarray(host)
-            idx = random_indices(rng, (5000,), n, "int32", out_of_range=mode != "raise")
-            plan = cugather.GatherOp(axis, mode=mode, fill_value=0xA5).plan(data, idx, kind="pack")
-            assert plan.key.kind == "pack"
-            fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
-            got = run_plan(plan, data, cp.asarray(idx), fill=fill)
-            want = gather_ref(host, idx, axis, mode, 0xA5)
-            assert_same(got.get(), want, f"rows of {row_bytes} B at offset {shift}, {shape}")
+    for shift, shape, axis, host, data in _shifted_rows(rng, n, row_bytes, (0, 1, 5, 8, 15)):
+        idx = random_indices(rng, (5000,), n, "int32", out_of_range=mode != "raise")
+        plan = cugather.GatherOp(axis, mode=mode, fill_value=0xA5).plan(data, idx, kind="pack")
+        assert plan.key.kind == "pack"
+        fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
+        got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+        want = gather_ref(host, idx, axis, mode, 0xA5)
+        assert_same(got.get(), want, f"rows of {row_bytes} B at offset {shift}, {shape}")
 
 
 @pytest.mark.parametrize("row_bytes", range(3, 16))
@@ -196,26 +204,21 @@ def test_weave_rows_of_every_length_and_offset(row_bytes, mode):
 
     rng = np.random.default_rng(row_bytes + 100 * len(mode))
     n = 1000
-    for shift in (0, 1, 2, 4, 8, 15):
-        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
-            host = rng.integers(0, 256, shape, dtype=np.uint8)
-            raw = cp.zeros(host.size + 32, cp.uint8)
-            data = raw[shift:shift + host.size].reshape(shape)
-            data[...] = cp.asarray(host)
-            for index_dtype, grid in (("int32", None), ("int64", 5)):
-                idx = random_indices(rng, (int(rng.integers(3000, 9000)),), n, index_dtype,
-                                     out_of_range=mode != "raise")
-                op = cugather.GatherOp(axis, mode=mode, fill_value=0xA5)
-                try:
-                    plan = op.plan(data, idx, kind="weave", max_grid=grid)
-                except ValueError as e:  # rows of one unit (4 or 8 bytes at an aligned offset)
-                    assert row_bytes in (4, 8) and shift % row_bytes == 0, e
-                    continue
-                assert plan.key.kind == "weave"
-                fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
-                got = run_plan(plan, data, cp.asarray(idx), fill=fill)
-                assert_same(got.get(), gather_ref(host, idx, axis, mode, 0xA5),
-                            f"rows of {row_bytes} B at offset {shift}, {shape}, {index_dtype}")
+    for shift, shape, axis, host, data in _shifted_rows(rng, n, row_bytes, (0, 1, 2, 4, 8, 15)):
+        for index_dtype, grid in (("int32", None), ("int64", 5)):
+            idx = random_indices(rng, (int(rng.integers(3000, 9000)),), n, index_dtype,
+                                 out_of_range=mode != "raise")
+            op = cugather.GatherOp(axis, mode=mode, fill_value=0xA5)
+            try:
+                plan = op.plan(data, idx, kind="weave", max_grid=grid)
+            except ValueError as e:  # rows of one unit (4 or 8 bytes at an aligned offset)
+                assert row_bytes in (4, 8) and shift % row_bytes == 0, e
+                continue
+            assert plan.key.kind == "weave"
+            fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
+            got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+            assert_same(got.get(), gather_ref(host, idx, axis, mode, 0xA5),
+                        f"rows of {row_bytes} B at offset {shift}, {shape}, {index_dtype}")
 
 
 @pytest.mark.parametrize("row_bytes", [256, 263, 1000, 4096, 4099, 16417, 40960])
@@ -229,22 +232,16 @@ def test_span_rows_of_every_offset(row_bytes, mode):
 
     rng = np.random.default_rng(row_bytes + len(mode))
     n = 60
-    for shift in (0, 1, 4, 7, 8, 13):
-        for shape, axis in (((n, row_bytes), 0), ((3, n, row_bytes), 1)):
-            host = rng.integers(0, 256, shape, dtype=np.uint8)
-            raw = cp.zeros(host.size + 32, cp.uint8)
-            data = raw[shift:shift + host.size].reshape(shape)
-            data[...] = cp.asarray(host)
-            for index_dtype in ("int32", "int64"):
-                idx = random_indices(rng, (int(rng.integers(200, 900)),), n, index_dtype,
-                                     out_of_range=mode != "raise")
-                plan = cugather.GatherOp(axis, mode=mode, fill_value=0xA5).plan(data, idx,
-                                                                                kind="span")
-                assert plan.key.kind == "span"
-                fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
-                got = run_plan(plan, data, cp.asarray(idx), fill=fill)
-                assert_same(got.get(), gather_ref(host, idx, axis, mode, 0xA5),
-                            f"rows of {row_bytes} B at offset {shift}, {shape}, {index_dtype}")
+    for shift, shape, axis, host, data in _shifted_rows(rng, n, row_bytes, (0, 1, 4, 7, 8, 13)):
+        for index_dtype in ("int32", "int64"):
+            idx = random_indices(rng, (int(rng.integers(200, 900)),), n, index_dtype,
+                                 out_of_range=mode != "raise")
+            plan = cugather.GatherOp(axis, mode=mode, fill_value=0xA5).plan(data, idx, kind="span")
+            assert plan.key.kind == "span"
+            fill = fill_bytes(0xA5, data.dtype) if mode == "fill" else None
+            got = run_plan(plan, data, cp.asarray(idx), fill=fill)
+            assert_same(got.get(), gather_ref(host, idx, axis, mode, 0xA5),
+                        f"rows of {row_bytes} B at offset {shift}, {shape}, {index_dtype}")
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])

@@ -475,8 +475,9 @@ def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_byt
     assert p.main.shared_mem == ty * (seg + 1) * 16
 
 
-@pytest.mark.parametrize("shape,dtype,axis,unit", [((5000, 7), "u1", 0, 1), ((9, 500, 5), "f2", 1, 2),
-                                                 ((5000, 3), "f4", 0, 4), ((5000, 15), "u1", 0, 1)])
+@pytest.mark.parametrize("shape,dtype,axis,unit", [
+    ((5000, 7), "u1", 0, 1), ((9, 500, 5), "f2", 1, 2), ((5000, 3), "f4", 0, 4),
+    ((5000, 15), "u1", 0, 1)])
 def test_weave_tiles_cover_the_rows_with_a_tile_of_shared_memory_per_warp(shape, dtype, axis,
                                                                          unit):
     """weave: tiles of 32 x WEAVE_RU rows, one per warp, cover every row; each warp
