@@ -19,7 +19,8 @@ ab-lean64-inner3.json (B the shipped table).
 
 Other pairs of planners: AB_A_TABLE and AB_A_LEAN (planner A's table and
 LEAN_MAX_OUT), AB_B_LEAN, AB_A_BOX_SLACK and AB_B_BOX_SLACK (table.BOX_SLACK's
-log2_row_bytes), and AB_SEEDS (the sweeps, comma-separated);
+log2_row_bytes), and AB_SEEDS (the sweeps, comma-separated), AB_BUDGET_S (seconds after which no
+further geometry starts);
 benchmarks/probe-chunks/ab-chunks16.json came from AB_A_TABLE=
 benchmarks/probe-chunks/sm_90-before-chunks16.json AB_A_LEAN=67108864
 AB_TABLE=cugather/plan/tables/sm_90.json AB_SEEDS=7603,8893,5179,2851,6947;
@@ -49,6 +50,7 @@ PLANNERS = {"A": (int(os.environ.get("AB_A_LEAN", 1 << 20)),
             "B": (int(os.environ.get("AB_B_LEAN", 64 << 20)), os.environ.get("AB_TABLE") or
                   os.path.join(HERE, "sm_90-lean-64mib-under-shipped.json"))}
 SEEDS = tuple(os.environ.get("AB_SEEDS", "6577,9973,1231").split(","))
+BUDGET_S = float(os.environ.get("AB_BUDGET_S", "inf"))  # stop starting geometries after it
 
 
 def plan_of(name, operand, ishape, idt, axis, limits):
@@ -90,6 +92,9 @@ def main():
     assert hasattr(tuning, "SHORT_CALL_OUT"), "needs lean-limit-64mib.diff (shipped since)"
     res, t0 = [], time.perf_counter()
     for name, shape, dtype, axis, ishape, idt, peer, peer_ms in geometries():
+        if time.perf_counter() - t0 > BUDGET_S:
+            print("budget spent: stopped before", name, flush=True)
+            break
         operand = Operand.contiguous(shape, np.dtype(dtype).itemsize)
         pa = plan_of("A", operand, ishape, idt, axis, limits)
         pb = plan_of("B", operand, ishape, idt, axis, limits)
