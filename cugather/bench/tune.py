@@ -54,7 +54,10 @@ under its own splits (the table before kept as
 ``benchmarks/probe-chunks/sm_90-before-chunks16.json``) with ``-slab3``
 (``--only slab,slabw --partial``, under slab's index-block cap) and
 ``-chunks16`` (``--only chunks16,chunks --partial``, chunks16's times only:
-chunks' keep those of the runs before).
+chunks' keep those of the runs before).  Then again under its own splits (the
+table before kept as ``benchmarks/probe-weave/sm_90-before-weave.json``) with
+``-weave`` (``--only weave``: every candidate timed again on the geometries
+weave applies to, whose records replace the earlier ones).
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
