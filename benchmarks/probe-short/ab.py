@@ -19,8 +19,8 @@ ab-lean64-inner3.json (B the shipped table).
 
 Other pairs of planners: AB_A_TABLE and AB_A_LEAN (planner A's table and
 LEAN_MAX_OUT), AB_B_LEAN, AB_A_BOX_SLACK and AB_B_BOX_SLACK (table.BOX_SLACK's
-log2_row_bytes), and AB_SEEDS (the sweeps, comma-separated), AB_BUDGET_S (seconds after which no
-further geometry starts);
+log2_row_bytes), AB_SEEDS (the sweeps, comma-separated) and AB_BUDGET_S
+(seconds after which no further geometry starts);
 benchmarks/probe-chunks/ab-chunks16.json came from AB_A_TABLE=
 benchmarks/probe-chunks/sm_90-before-chunks16.json AB_A_LEAN=67108864
 AB_TABLE=cugather/plan/tables/sm_90.json AB_SEEDS=7603,8893,5179,2851,6947;

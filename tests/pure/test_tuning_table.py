@@ -436,7 +436,7 @@ def test_the_shipped_table_names_weave_for_held_out_seed_6619_s_minimum():
     p = plan_gather(Operand.contiguous((13019, 7), 1), (2, 6719042), "int32", 0, "wrap",
                     limits=SM90)
     assert p.kind == "weave" and p.chosen_by.startswith("sm_90 tuning table, leaf "), p.chosen_by
-    # the rules alone (no table for this arch) never name it
+    # without a table for the arch, the rules decide and name another kernel
     p = plan_gather(Operand.contiguous((13019, 7), 1), (2, 6719042), "int32", 0, "wrap",
                     limits=DeviceLimits(132, 227 * 1024, ""))
     assert p.kind != "weave" and p.chosen_by.startswith("rule"), p.chosen_by
