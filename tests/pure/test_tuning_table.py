@@ -433,12 +433,14 @@ def test_the_shipped_table_leaves_rows_its_leaf_never_saw_to_the_rules():
 def test_the_shipped_table_names_weave_for_held_out_seed_6619_s_minimum():
     # (13019, 7) int8 with 2 x 6.7M int32 indices: flat at 35% of the copy was the
     # sweep's minimum; the H200 probe has weave at 95.6 us, pack 135.8, flat 183.5
-    p = plan_gather(Operand.contiguous((13019, 7), 1), (2, 6719042), "int32", 0, "wrap",
-                    limits=SM90)
+    def plan(limits):
+        return plan_gather(Operand.contiguous((13019, 7), 1), (2, 6719042), "int32", 0, "wrap",
+                           limits=limits)
+
+    p = plan(SM90)
     assert p.kind == "weave" and p.chosen_by.startswith("sm_90 tuning table, leaf "), p.chosen_by
     # without a table for the arch, the rules decide and name another kernel
-    p = plan_gather(Operand.contiguous((13019, 7), 1), (2, 6719042), "int32", 0, "wrap",
-                    limits=DeviceLimits(132, 227 * 1024, ""))
+    p = plan(DeviceLimits(132, 227 * 1024, ""))
     assert p.kind != "weave" and p.chosen_by.startswith("rule"), p.chosen_by
 
 
