@@ -563,6 +563,55 @@ __device__ __forceinline__ uint4 load_block_lean(u64 q, u64 lo, u64 hi)
     return load_edge_block(q, lo, hi);
 }
 
+// The two blocks of data that hold its first and its last byte (the same block
+// on a table of 16 bytes or less).  A block that holds a byte of [lo, hi) and
+// reaches outside it is one of them, so a kernel whose every block holds a byte
+// of data can read its edges from these registers.  On a table of a few dozen
+// bytes most rows touch an edge, and load_edge_block's word and byte loads, one
+// lane at a time, held weave at 0.78x slabf there.  A warp reads the two blocks
+// together: lane j < 16 loads byte j of the first block, lane 16 + j byte j of
+// the last (where it lies in [lo, hi)), and the words go round by shuffles.
+// Every lane of the warp must call it.  weave's probe setting CG_WEAVE_EDGES
+// (BENCHMARKS.md, "weave's edges"): 1.25-1.4x on such tables, 8-22% slower on
+// larger ones, not understood yet; off by default.
+struct EdgeBlocks {
+    u64 first_q;
+    uint4 first, last;
+};
+
+__device__ __forceinline__ EdgeBlocks warp_edge_blocks(u64 lo, u64 hi, u32 lane)
+{
+    EdgeBlocks e;
+    e.first_q = lo & ~(u64)15;
+    const u64 p = (lane < 16 ? e.first_q : (hi - 1) & ~(u64)15) + (lane & 15);
+    const u32 b = p >= lo && p < hi ? (u32)__ldg((const unsigned char*)p) : 0u;
+    // Lane 4w ends with word w of its half's block: the bytes of lanes 4w .. 4w + 3.
+    u32 w = b;
+    w |= __shfl_sync(0xFFFFFFFFu, b, (lane + 1) & 31) << 8;
+    w |= __shfl_sync(0xFFFFFFFFu, b, (lane + 2) & 31) << 16;
+    w |= __shfl_sync(0xFFFFFFFFu, b, (lane + 3) & 31) << 24;
+    e.first.x = __shfl_sync(0xFFFFFFFFu, w, 0);
+    e.first.y = __shfl_sync(0xFFFFFFFFu, w, 4);
+    e.first.z = __shfl_sync(0xFFFFFFFFu, w, 8);
+    e.first.w = __shfl_sync(0xFFFFFFFFu, w, 12);
+    e.last.x = __shfl_sync(0xFFFFFFFFu, w, 16);
+    e.last.y = __shfl_sync(0xFFFFFFFFu, w, 20);
+    e.last.z = __shfl_sync(0xFFFFFFFFu, w, 24);
+    e.last.w = __shfl_sync(0xFFFFFFFFu, w, 28);
+    return e;
+}
+
+__device__ __forceinline__ bool block_inside(u64 q, u64 lo, u64 hi)
+{
+    return q >= lo && q + 16 <= hi;
+}
+
+__device__ __forceinline__ uint4 load_block_edges(u64 q, u64 lo, u64 hi, const EdgeBlocks& e)
+{
+    if (block_inside(q, lo, hi)) return __ldg((const uint4*)q);
+    return q == e.first_q ? e.first : e.last;
+}
+
 // The 16 bytes at address p (any alignment): two aligned blocks, shifted.
 __device__ __forceinline__ uint4 load_window(u64 p, u64 lo, u64 hi)
 {
@@ -748,7 +797,8 @@ __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 // chunk's index loads one after another; here every index of a lane is in
 // flight at once and each row is read once.
 // ---------------------------------------------------------------------------
-#if !defined(CG_WEAVE_RU) || !defined(CG_WEAVE_LANES)
+#if !defined(CG_WEAVE_RU) || !defined(CG_WEAVE_LANES) || !defined(CG_WEAVE_EDGES) || \
+    !defined(CG_WEAVE_B1FILL)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -768,6 +818,10 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
     const Ix rows = (Ix)a.rows, n_idx = (Ix)a.n_div.d, n_tiles = (Ix)a.chunks;
     const Idx* idx = (const Idx*)a.indices;
     const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
+#if CG_WEAVE_EDGES
+    EdgeBlocks edges = {};  // read once a tile first needs them
+    bool have_edges = false;
+#endif
     const uint4 fillv = fill_unit<uint4>(a.fill);
     const Ix warps = (Ix)(blockDim.x >> 5);
 
@@ -800,6 +854,7 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
         uint4 b0[RU], b1[RU];
         u32 ss[RU];
         bool keep[RU];
+#if !CG_WEAVE_EDGES
 #pragma unroll
         for (int k = 0; k < RU; ++k) {
             i64 i = ii[k];
@@ -809,9 +864,48 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
             b0[k] = b1[k] = fillv;
             if (!may_skip<MODE>() || keep[k]) {  // a rejected row may have no row 0 to read
                 b0[k] = load_block_lean(p - ss[k], lo, hi);
+                // CG_WEAVE_B1FILL: a row within one block leaves b1 at the fill
+                // value (window16 takes no byte of it); the copy of b0 waits for
+                // b0's load, so a lane's rows are read one after another.
+#if CG_WEAVE_B1FILL
+                if (ss[k] + rb > 16) b1[k] = load_block_lean(p - ss[k] + 16, lo, hi);
+#else
                 b1[k] = ss[k] + rb > 16 ? load_block_lean(p - ss[k] + 16, lo, hi) : b0[k];
+#endif
             }
         }
+#else
+        u64 qq[RU];  // the aligned block under each row's start
+        bool edge = false;
+#pragma unroll
+        for (int k = 0; k < RU; ++k) {
+            i64 i = ii[k];
+            keep[k] = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]);
+            const u64 p = (u64)(a.data + (i64)oo[k] * a.s_outer + (keep[k] ? i : 0) * a.s_axis);
+            ss[k] = (u32)p & 15u;
+            qq[k] = p - ss[k];
+            // A rejected row may have no row 0 to read: it reads nothing.
+            if (!may_skip<MODE>() || keep[k])
+                edge |= !block_inside(qq[k], lo, hi) ||
+                        (ss[k] + rb > 16 && !block_inside(qq[k] + 16, lo, hi));
+        }
+        if (!have_edges && __any_sync(0xFFFFFFFFu, edge)) {  // warp-uniform
+            edges = warp_edge_blocks(lo, hi, lane);
+            have_edges = true;
+        }
+#pragma unroll
+        for (int k = 0; k < RU; ++k) {
+            b0[k] = b1[k] = fillv;
+            if (!may_skip<MODE>() || keep[k]) {
+                b0[k] = load_block_edges(qq[k], lo, hi, edges);
+#if CG_WEAVE_B1FILL
+                if (ss[k] + rb > 16) b1[k] = load_block_edges(qq[k] + 16, lo, hi, edges);
+#else
+                b1[k] = ss[k] + rb > 16 ? load_block_edges(qq[k] + 16, lo, hi, edges) : b0[k];
+#endif
+            }
+        }
+#endif
 #pragma unroll
         for (int k = 0; k < RU; ++k) {
             const uint4 w = (may_skip<MODE>() && !keep[k]) ? fillv

@@ -10,11 +10,13 @@ more where cugather lost to a peer (jax.numpy.take mostly), from tables in L1,
 in L2 and beyond it, then controls.  For each: the device copy of the output
 bytes; the library's plan; flat, pack and slabf forced where they apply; weave
 under each VARIANTS setting (rows per lane, __launch_bounds__ minimum blocks,
-which rows a lane takes);
+which rows a lane takes, how it reads the table's edge blocks and a row's second
+block);
 cupy.take, torch.index_select and jax.numpy.take.  Every result is checked bit
 for bit against cupy.take.  Medians of 30 calls between two events behind a
 holding kernel, microseconds.  PROBE_VARIANTS=a,b,... times a subset,
-PROBE_BUDGET_S stops after that many seconds.
+PROBE_BUDGET_S stops after that many seconds, PROBE_SET=edges times tiny
+tables instead (writes $OUT/probe-weave-edges.json).
 """
 import json, os, time
 import numpy as np
@@ -29,9 +31,12 @@ from cugather.runtime.launch import CUDA, execute
 
 OUT = os.environ.get("OUT", "/tmp")
 BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "300"))
-# (WEAVE_RU, WEAVE_BLOCKS, WEAVE_LANES)
-VARIANTS = {"r4b4": (4, 4, 0), "r4b4i": (4, 4, 1), "r2b5": (2, 5, 0), "r8b2": (8, 2, 0),
-            "r8b2i": (8, 2, 1)}
+# (WEAVE_RU, WEAVE_BLOCKS, WEAVE_LANES, WEAVE_EDGES, WEAVE_B1FILL); suffix e: a warp
+# reads the table's edge blocks once, f: a row within one block leaves its second
+# block unread (no register move waiting on the first load).
+VARIANTS = {"r4b4": (4, 4, 0, 0, 0), "r4b4i": (4, 4, 1, 0, 0), "r2b5": (2, 5, 0, 0, 0),
+            "r8b2": (8, 2, 0, 0, 0), "r8b2i": (8, 2, 1, 0, 0), "r4b4e": (4, 4, 0, 1, 0),
+            "r4b4f": (4, 4, 0, 0, 1), "r4b4ef": (4, 4, 0, 1, 1), "r8b2f": (8, 2, 0, 0, 1)}
 if os.environ.get("PROBE_VARIANTS"):
     VARIANTS = {k: VARIANTS[k] for k in os.environ["PROBE_VARIANTS"].split(",")}
 CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from)
@@ -60,6 +65,26 @@ CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from)
     ((585, 7, 3), "uint8", 1, (1861,), "int32", "1618 pack 0.63x (a 6 us call)"),
     ((5000, 3), "float32", 0, (100000,), "int64", "a 1.2 MB call of 12 B rows"),
 ]
+# PROBE_SET=edges: tables of a few dozen bytes to a few KB, where most rows
+# touch the block holding the table's first or last byte, from the plan-by-plan
+# run's losses and wins, then a control;
+# a 7th field offsets the table from its allocation by that many bytes.
+EDGE_CASES = [
+    ((11, 1, 7), "bool", 0, (7521520,), "int32", "2851#263 weave 0.775x slabf (77 B)"),
+    ((11, 1, 7), "bool", 0, (7521520,), "int32", "2851#263 at byte offset 5", 5),
+    ((12, 1, 7), "int8", 0, (7, 44057), "int64", "6619#228 weave 0.97x flat (84 B)"),
+    ((7, 1, 7), "int8", 0, (2847318,), "int32", "5179#156 weave 0.985x slabf (49 B)"),
+    ((5, 1, 1, 7), "bool", 0, (405079,), "int64", "4127#25 weave 1.05x flat (35 B)"),
+    ((2, 2, 1, 7), "uint8", 1, (403985,), "int32", "6619#419 weave 1.20x flat (28 B)"),
+    ((5, 1, 6, 7), "uint8", 2, (349473,), "int64", "5179#109 weave 1.35x slabf (210 B)"),
+    ((8, 12, 7), "uint8", 1, (4400884,), "int32", "2851#89 weave 1.64x slabf (672 B)"),
+    ((131, 7), "uint8", 0, (15022208,), "int64", "8893#16 weave 1.33x slabf (917 B)"),
+    ((783, 1, 6, 1), "uint8", 0, (3, 1219258), "int32", "6947#71 weave 0.857x slabf (4.7 KB)"),
+    ((2451, 1, 1, 3), "float16", 0, (2834749,), "int64", "6619#462 weave 0.93x flat (14.7 KB)"),
+    ((13019, 7), "int8", 0, (2, 6719042), "int32", "6619#452 weave 1.80x flat (control)"),
+]
+if os.environ.get("PROBE_SET") == "edges":
+    CASES = EDGE_CASES
 KINDS = ("flat", "pack", "slabf")
 
 
@@ -67,10 +92,13 @@ def us(t):
     return float(np.median(t)) * 1000
 
 
-def set_weave(ru, blocks, lanes):
+def set_weave(ru, blocks, lanes, edges, b1fill):
     tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES = ru, blocks, lanes
+    tuning.WEAVE_EDGES, tuning.WEAVE_B1FILL = edges, b1fill
     tuning.KERNEL_DEFINES["CG_WEAVE_RU"] = ru
     tuning.KERNEL_DEFINES["CG_WEAVE_LANES"] = lanes
+    tuning.KERNEL_DEFINES["CG_WEAVE_EDGES"] = edges
+    tuning.KERNEL_DEFINES["CG_WEAVE_B1FILL"] = b1fill
     # The launch bound is no define: one that names it keeps each setting's
     # build apart in the compile caches (keyed by the sources' digest).
     tuning.KERNEL_DEFINES["CG_PROBE_WEAVE_BLOCKS"] = blocks
@@ -101,17 +129,19 @@ def main():
     res, t0 = [], time.perf_counter()
     rt = cp.cuda.runtime
     limits = CUDA.limits(0)
-    shipped = (tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES)
-    for shape, dtype, axis, ishape, idt, note in CASES:
+    shipped = (tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES, tuning.WEAVE_EDGES,
+               tuning.WEAVE_B1FILL)
+    for shape, dtype, axis, ishape, idt, note, *offset in CASES:
         if time.perf_counter() - t0 > BUDGET_S:
             break
         rng = cp.random.default_rng(1)
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        data = rng.integers(0, 256, size=n, dtype=np.uint8)
-        data = (data & 1 if dtype == "bool" else data).view(dtype).reshape(shape)
+        skip = offset[0] if offset else 0
+        data = rng.integers(0, 256, size=n + skip, dtype=np.uint8)
+        data = (data & 1 if dtype == "bool" else data)[skip:].view(dtype).reshape(shape)
         idx = rng.integers(0, shape[axis], size=ishape, dtype=np.int64).astype(idt)
         ref = cp.take(data, idx, axis=axis)
-        row = {"shape": shape, "dtype": dtype, "axis": axis, "indices": ishape,
+        row = {"shape": shape, "dtype": dtype, "axis": axis, "offset": skip, "indices": ishape,
                "index_dtype": idt, "note": note, "out_bytes": int(ref.nbytes),
                "index_bytes": int(idx.nbytes), "table_bytes": n, "us": {}, "kernel": {},
                "errors": {}}
@@ -159,7 +189,8 @@ def main():
         res.append(row)
         del data, idx, ref
         cp.get_default_memory_pool().free_all_blocks()
-    with open(os.path.join(OUT, "probe-weave.json"), "w") as f:
+    name = "probe-weave-edges.json" if CASES is EDGE_CASES else "probe-weave.json"
+    with open(os.path.join(OUT, name), "w") as f:
         json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                    "variants": VARIANTS, "cases": res}, f, indent=1)

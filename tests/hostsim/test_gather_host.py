@@ -16,6 +16,8 @@ import pytest
 
 import cugather
 
+from cugather.compile import render
+from cugather.plan import tuning
 from cugather.plan.gather import GATHER_KINDS
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.layout import ARGS_DTYPES, new_args
@@ -299,6 +301,10 @@ def test_weave_every_row_length_and_alignment(row_bytes, mode):
     are refused), from a leading
     axis over several tiles and from a middle axis on a grid of one block (a
     lane's rows cross from one outer slice to the next), against numpy.take."""
+    _weave_rows(row_bytes, mode)
+
+
+def _weave_rows(row_bytes, mode):
     rng = np.random.default_rng(row_bytes * 37 + (mode == "fill"))
     n = 23
     for shift in (0, 3, 8, 13):
@@ -320,6 +326,59 @@ def test_weave_every_row_length_and_alignment(row_bytes, mode):
             assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
             ran = [k.kind for k, *_ in runner.last_launches()]
             assert ran == ["weave"], runner.last_launches()
+
+
+@pytest.mark.parametrize("row_bytes", [3, 7, 13])
+@pytest.mark.parametrize("mode", ["wrap", "fill"])
+def test_weave_tiny_tables(row_bytes, mode):
+    """weave on tables of 1 to 5 rows at offsets 0, 5 and 13 from a 16-byte
+    boundary: the first and last blocks are then one block, two neighbours or
+    further apart, and most rows lie in one of them (every load inside the
+    table), over several tiles, against numpy.take."""
+    _weave_tiny(row_bytes, mode)
+
+
+def _weave_tiny(row_bytes, mode):
+    rng = np.random.default_rng(row_bytes * 101 + (mode == "fill"))
+    for n in range(1, 6):
+        for shift in (0, 5, 13):
+            size = n * row_bytes
+            raw = runner.device_empty((size + 32,), np.uint8)
+            data = raw[shift:shift + size].reshape(n, row_bytes)
+            data[...] = rng.integers(0, 256, (n, row_bytes), dtype=np.uint8)
+            idx = rng.integers(-n - 2 if mode == "fill" else -3 * n, 2 * n + 1, size=(3, 170))
+            got = runner.host_gather(data, idx, 0, mode=mode, fill_value=0x5A, kind="weave")
+            want = gather_ref(data, idx, 0, mode, 0x5A)
+            assert_same(got, want, f"{n} rows of {row_bytes} B at offset {shift}")
+            ran = [k.kind for k, *_ in runner.last_launches()]
+            assert ran == ["weave"], runner.last_launches()
+
+
+@pytest.mark.parametrize("edges,b1fill", [(1, 0), (0, 1), (1, 1)])
+def test_weave_probe_settings(edges, b1fill, monkeypatch):
+    """weave built with each probe setting of its edges and second blocks
+    (tuning.WEAVE_EDGES: a warp reads the table's first and last blocks once;
+    WEAVE_B1FILL: a row within one block leaves its second unread) on rows of 3,
+    7 and 13 bytes at every offset and on tiny tables, against numpy.take."""
+    monkeypatch.setitem(tuning.KERNEL_DEFINES, "CG_WEAVE_EDGES", edges)
+    monkeypatch.setitem(tuning.KERNEL_DEFINES, "CG_WEAVE_B1FILL", b1fill)
+    _fresh_sources()
+    try:
+        text = render.render(KernelKey("weave", 1, "int64", "fast32", "wrap")).text
+        assert f"#define CG_WEAVE_EDGES {edges}" in text, "the setting is not rendered"
+        assert f"#define CG_WEAVE_B1FILL {b1fill}" in text, "the setting is not rendered"
+        for row_bytes in (3, 7, 13):
+            for mode in ("wrap", "fill"):
+                _weave_rows(row_bytes, mode)
+                _weave_tiny(row_bytes, mode)
+    finally:
+        monkeypatch.undo()
+        _fresh_sources()
+
+
+def _fresh_sources():
+    render.sources_digest.cache_clear()
+    render.render.cache_clear()
 
 
 @pytest.mark.parametrize("dtype,units", [("int16", 3), ("float16", 7), ("uint16", 5),
