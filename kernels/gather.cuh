@@ -572,8 +572,8 @@ __device__ __forceinline__ uint4 load_block_lean(u64 q, u64 lo, u64 hi)
 // together: lane j < 16 loads byte j of the first block, lane 16 + j byte j of
 // the last (where it lies in [lo, hi)), and the words go round by shuffles.
 // Every lane of the warp must call it.  weave's probe setting CG_WEAVE_EDGES
-// (BENCHMARKS.md, "weave's edges"): 1.25-1.4x on such tables, 8-22% slower on
-// larger ones, not understood yet; off by default.
+// (BENCHMARKS.md, "weave's edges"): weave from 0.775x to 1.3x slabf on a
+// 77-byte table, but 8-22% slower on larger ones, not understood yet; off.
 struct EdgeBlocks {
     u64 first_q;
     uint4 first, last;
