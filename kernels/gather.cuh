@@ -572,8 +572,8 @@ __device__ __forceinline__ uint4 load_block_lean(u64 q, u64 lo, u64 hi)
 // together: lane j < 16 loads byte j of the first block, lane 16 + j byte j of
 // the last (where it lies in [lo, hi)), and the words go round by shuffles.
 // Every lane of the warp must call it.  weave's probe setting CG_WEAVE_EDGES
-// (BENCHMARKS.md, "weave's edges"): weave from 0.775x to 1.3x slabf on a
-// 77-byte table, but 8-22% slower on larger ones, not understood yet; off.
+// (BENCHMARKS.md, "weave's edges"): 1.75x on a 77-byte table, but 0.94x over
+// the weave probe's 24 larger ones (H100, one process); off.
 struct EdgeBlocks {
     u64 first_q;
     uint4 first, last;
@@ -797,8 +797,7 @@ __device__ __forceinline__ void gather_pack(const WindowArgs& a)
 // chunk's index loads one after another; here every index of a lane is in
 // flight at once and each row is read once.
 // ---------------------------------------------------------------------------
-#if !defined(CG_WEAVE_RU) || !defined(CG_WEAVE_LANES) || !defined(CG_WEAVE_EDGES) || \
-    !defined(CG_WEAVE_B1FILL)
+#if !defined(CG_WEAVE_RU) || !defined(CG_WEAVE_LANES) || !defined(CG_WEAVE_EDGES)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -852,31 +851,12 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
             }
         }
         uint4 b0[RU], b1[RU];
+        u64 qq[RU];  // the aligned block under each row's start
         u32 ss[RU];
         bool keep[RU];
-#if !CG_WEAVE_EDGES
-#pragma unroll
-        for (int k = 0; k < RU; ++k) {
-            i64 i = ii[k];
-            keep[k] = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]);
-            const u64 p = (u64)(a.data + (i64)oo[k] * a.s_outer + (keep[k] ? i : 0) * a.s_axis);
-            ss[k] = (u32)p & 15u;
-            b0[k] = b1[k] = fillv;
-            if (!may_skip<MODE>() || keep[k]) {  // a rejected row may have no row 0 to read
-                b0[k] = load_block_lean(p - ss[k], lo, hi);
-                // CG_WEAVE_B1FILL: a row within one block leaves b1 at the fill
-                // value (window16 takes no byte of it); the copy of b0 waits for
-                // b0's load, so a lane's rows are read one after another.
-#if CG_WEAVE_B1FILL
-                if (ss[k] + rb > 16) b1[k] = load_block_lean(p - ss[k] + 16, lo, hi);
-#else
-                b1[k] = ss[k] + rb > 16 ? load_block_lean(p - ss[k] + 16, lo, hi) : b0[k];
-#endif
-            }
-        }
-#else
-        u64 qq[RU];  // the aligned block under each row's start
+#if CG_WEAVE_EDGES
         bool edge = false;
+#endif
 #pragma unroll
         for (int k = 0; k < RU; ++k) {
             i64 i = ii[k];
@@ -884,28 +864,38 @@ __device__ __forceinline__ void gather_weave(const WindowArgs& a)
             const u64 p = (u64)(a.data + (i64)oo[k] * a.s_outer + (keep[k] ? i : 0) * a.s_axis);
             ss[k] = (u32)p & 15u;
             qq[k] = p - ss[k];
+#if CG_WEAVE_EDGES
             // A rejected row may have no row 0 to read: it reads nothing.
             if (!may_skip<MODE>() || keep[k])
                 edge |= !block_inside(qq[k], lo, hi) ||
                         (ss[k] + rb > 16 && !block_inside(qq[k] + 16, lo, hi));
+#endif
         }
+#if CG_WEAVE_EDGES
         if (!have_edges && __any_sync(0xFFFFFFFFu, edge)) {  // warp-uniform
             edges = warp_edge_blocks(lo, hi, lane);
             have_edges = true;
         }
+#endif
+        auto load = [&](u64 q) {
+#if CG_WEAVE_EDGES
+            return load_block_edges(q, lo, hi, edges);
+#else
+            return load_block_lean(q, lo, hi);
+#endif
+        };
 #pragma unroll
         for (int k = 0; k < RU; ++k) {
             b0[k] = b1[k] = fillv;
-            if (!may_skip<MODE>() || keep[k]) {
-                b0[k] = load_block_edges(qq[k], lo, hi, edges);
-#if CG_WEAVE_B1FILL
-                if (ss[k] + rb > 16) b1[k] = load_block_edges(qq[k] + 16, lo, hi, edges);
-#else
-                b1[k] = ss[k] + rb > 16 ? load_block_edges(qq[k] + 16, lo, hi, edges) : b0[k];
-#endif
+            if (!may_skip<MODE>() || keep[k]) {  // a rejected row may have no row 0 to read
+                b0[k] = load(qq[k]);
+                // A row within one block leaves b1 at the fill value (window16
+                // takes no byte of it).  b1 = b0 there is a register move that
+                // waits for b0's load, and a lane's rows were read one after
+                // another: 3% slower over the weave probe's cases (H100).
+                if (ss[k] + rb > 16) b1[k] = load(qq[k] + 16);
             }
         }
-#endif
 #pragma unroll
         for (int k = 0; k < RU; ++k) {
             const uint4 w = (may_skip<MODE>() && !keep[k]) ? fillv

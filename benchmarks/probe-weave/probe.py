@@ -10,8 +10,7 @@ more where cugather lost to a peer (jax.numpy.take mostly), from tables in L1,
 in L2 and beyond it, then controls.  For each: the device copy of the output
 bytes; the library's plan; flat, pack and slabf forced where they apply; weave
 under each VARIANTS setting (rows per lane, __launch_bounds__ minimum blocks,
-which rows a lane takes, how it reads the table's edge blocks and a row's second
-block);
+which rows a lane takes, how it reads the table's edge blocks);
 cupy.take, torch.index_select and jax.numpy.take.  Every result is checked bit
 for bit against cupy.take.  Medians of 30 calls between two events behind a
 holding kernel, microseconds.  PROBE_VARIANTS=a,b,... times a subset,
@@ -31,12 +30,12 @@ from cugather.runtime.launch import CUDA, execute
 
 OUT = os.environ.get("OUT", "/tmp")
 BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "300"))
-# (WEAVE_RU, WEAVE_BLOCKS, WEAVE_LANES, WEAVE_EDGES, WEAVE_B1FILL); suffix e: a warp
-# reads the table's edge blocks once, f: a row within one block leaves its second
-# block unread (no register move waiting on the first load).
-VARIANTS = {"r4b4": (4, 4, 0, 0, 0), "r4b4i": (4, 4, 1, 0, 0), "r2b5": (2, 5, 0, 0, 0),
-            "r8b2": (8, 2, 0, 0, 0), "r8b2i": (8, 2, 1, 0, 0), "r4b4e": (4, 4, 0, 1, 0),
-            "r4b4f": (4, 4, 0, 0, 1), "r4b4ef": (4, 4, 0, 1, 1), "r8b2f": (8, 2, 0, 0, 1)}
+# (WEAVE_RU, WEAVE_BLOCKS, WEAVE_LANES, WEAVE_EDGES); suffix e: a warp reads the
+# table's edge blocks once.  (Results before 2026-12-05 17:30 also name f
+# variants: a row within one block left its second block unread, the default
+# since.)
+VARIANTS = {"r4b4": (4, 4, 0, 0), "r4b4i": (4, 4, 1, 0), "r2b5": (2, 5, 0, 0),
+            "r8b2": (8, 2, 0, 0), "r8b2i": (8, 2, 1, 0), "r4b4e": (4, 4, 0, 1)}
 if os.environ.get("PROBE_VARIANTS"):
     VARIANTS = {k: VARIANTS[k] for k in os.environ["PROBE_VARIANTS"].split(",")}
 CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from)
@@ -92,13 +91,12 @@ def us(t):
     return float(np.median(t)) * 1000
 
 
-def set_weave(ru, blocks, lanes, edges, b1fill):
+def set_weave(ru, blocks, lanes, edges):
     tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES = ru, blocks, lanes
-    tuning.WEAVE_EDGES, tuning.WEAVE_B1FILL = edges, b1fill
+    tuning.WEAVE_EDGES = edges
     tuning.KERNEL_DEFINES["CG_WEAVE_RU"] = ru
     tuning.KERNEL_DEFINES["CG_WEAVE_LANES"] = lanes
     tuning.KERNEL_DEFINES["CG_WEAVE_EDGES"] = edges
-    tuning.KERNEL_DEFINES["CG_WEAVE_B1FILL"] = b1fill
     # The launch bound is no define: one that names it keeps each setting's
     # build apart in the compile caches (keyed by the sources' digest).
     tuning.KERNEL_DEFINES["CG_PROBE_WEAVE_BLOCKS"] = blocks
@@ -129,8 +127,7 @@ def main():
     res, t0 = [], time.perf_counter()
     rt = cp.cuda.runtime
     limits = CUDA.limits(0)
-    shipped = (tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES, tuning.WEAVE_EDGES,
-               tuning.WEAVE_B1FILL)
+    shipped = (tuning.WEAVE_RU, tuning.WEAVE_BLOCKS, tuning.WEAVE_LANES, tuning.WEAVE_EDGES)
     for shape, dtype, axis, ishape, idt, note, *offset in CASES:
         if time.perf_counter() - t0 > BUDGET_S:
             break

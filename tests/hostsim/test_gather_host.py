@@ -354,19 +354,15 @@ def _weave_tiny(row_bytes, mode):
             assert ran == ["weave"], runner.last_launches()
 
 
-@pytest.mark.parametrize("edges,b1fill", [(1, 0), (0, 1), (1, 1)])
-def test_weave_probe_settings(edges, b1fill, monkeypatch):
-    """weave built with each probe setting of its edges and second blocks
-    (tuning.WEAVE_EDGES: a warp reads the table's first and last blocks once;
-    WEAVE_B1FILL: a row within one block leaves its second unread) on rows of 3,
-    7 and 13 bytes at every offset and on tiny tables, against numpy.take."""
-    monkeypatch.setitem(tuning.KERNEL_DEFINES, "CG_WEAVE_EDGES", edges)
-    monkeypatch.setitem(tuning.KERNEL_DEFINES, "CG_WEAVE_B1FILL", b1fill)
+def test_weave_edges_setting(monkeypatch):
+    """weave built with its probe setting of the table's edges (tuning.WEAVE_EDGES:
+    a warp reads the table's first and last blocks once) on rows of 3, 7 and 13
+    bytes at every offset and on tiny tables, against numpy.take."""
+    monkeypatch.setitem(tuning.KERNEL_DEFINES, "CG_WEAVE_EDGES", 1)
     _fresh_sources()
     try:
         text = render.render(KernelKey("weave", 1, "int64", "fast32", "wrap")).text
-        assert f"#define CG_WEAVE_EDGES {edges}" in text, "the setting is not rendered"
-        assert f"#define CG_WEAVE_B1FILL {b1fill}" in text, "the setting is not rendered"
+        assert "#define CG_WEAVE_EDGES 1" in text, "the setting is not rendered"
         for row_bytes in (3, 7, 13):
             for mode in ("wrap", "fill"):
                 _weave_rows(row_bytes, mode)
