@@ -15,7 +15,8 @@ cupy.take, torch.index_select and jax.numpy.take.  Every result is checked bit
 for bit against cupy.take.  Medians of 30 calls between two events behind a
 holding kernel, microseconds.  PROBE_VARIANTS=a,b,... times a subset,
 PROBE_BUDGET_S stops after that many seconds, PROBE_SET=edges times tiny
-tables instead (writes $OUT/probe-weave-edges.json).
+tables instead (writes $OUT/probe-weave-edges.json), PROBE_SET=minima the
+short-row losses of two held-out sweeps ($OUT/probe-weave-minima.json).
 """
 import json, os, time
 import numpy as np
@@ -82,8 +83,20 @@ EDGE_CASES = [
     ((2451, 1, 1, 3), "float16", 0, (2834749,), "int64", "6619#462 weave 0.93x flat (14.7 KB)"),
     ((13019, 7), "int8", 0, (2, 6719042), "int32", "6619#452 weave 1.80x flat (control)"),
 ]
+# PROBE_SET=minima: the short-row losses of held-out sweeps 5813 and 6733 (H100,
+# weave's second block at the fill value), where the table names another kernel.
+MINIMA_CASES = [
+    ((16, 268, 3), "int16", 1, (1215976,), "int64", "6733#368 flat 0.79x JAX (25 KB)"),
+    ((4, 2, 3, 3), "uint8", 2, (15055139,), "int32", "5813#157 slabf 0.85x JAX (72 B)"),
+    ((2, 1, 439, 3), "uint8", 2, (9328180,), "int64", "6733#342 slabf 0.92x JAX (2.6 KB)"),
+    ((20, 3), "float16", 0, (1, 9395798), "int64", "6733#328 slabf 1.43x (120 B)"),
+    ((47, 3), "float16", 0, (7663867,), "int64", "6733#403 slabf 1.50x (282 B)"),
+    ((1, 9, 14835181, 3), "int16", 2, (6160275,), "int32", "5813#1 flat 1.03x (801 MB)"),
+]
 if os.environ.get("PROBE_SET") == "edges":
     CASES = EDGE_CASES
+elif os.environ.get("PROBE_SET") == "minima":
+    CASES = MINIMA_CASES
 KINDS = ("flat", "pack", "slabf")
 
 
@@ -186,7 +199,8 @@ def main():
         res.append(row)
         del data, idx, ref
         cp.get_default_memory_pool().free_all_blocks()
-    name = "probe-weave-edges.json" if CASES is EDGE_CASES else "probe-weave.json"
+    name = {id(EDGE_CASES): "probe-weave-edges.json", id(MINIMA_CASES): "probe-weave-minima.json"
+            }.get(id(CASES), "probe-weave.json")
     with open(os.path.join(OUT, name), "w") as f:
         json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
