@@ -108,6 +108,15 @@ def _quant_blocks(key: "KernelKey") -> int:
     return tuning.QUANT_BLOCKS
 
 
+def _weave_blocks(key: "KernelKey") -> int:
+    # fast64 with 1-byte units spills at tuning.WEAVE_BLOCKS, and so does fast32's
+    # fill mode since a row's second block is read only where the row crosses
+    # into it (4-8 bytes, NVRTC 12.9, sm_75 to sm_90): one block fewer there.
+    if key.math != "fast32" or (key.unit == 1 and key.mode == "fill"):
+        return tuning.WEAVE_BLOCKS - 1
+    return tuning.WEAVE_BLOCKS
+
+
 #: kind -> spec, the built-in kinds and then those registered.  Bounds checks
 #: move no data (unit 0) and exist in raise mode only.
 _SPECS = {
@@ -135,8 +144,7 @@ _SPECS = {
     # Rows of two or more units under 16 bytes: a warp's tile of rows, each row
     # loaded once, laid out in shared memory and stored as 16-byte chunks.
     "weave": KindSpec("gather.cuh", "gather_weave", "WindowArgs", units=(1, 2, 4),
-                      min_blocks=lambda key: (tuning.WEAVE_BLOCKS if key.math == "fast32"
-                                              else tuning.WEAVE_BLOCKS - 1)),
+                      min_blocks=_weave_blocks),
     # Rows of units narrower than 16 bytes, written as 16-byte chunks of units
     # (8-byte chunks of 1-byte units).
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),

@@ -100,9 +100,9 @@ PACK_ILP = 2
 # weave (rows of two units or more under 16 bytes, tiles of 32 x WEAVE_RU rows
 # a warp woven in shared memory): rows per lane, which rows a lane takes (0:
 # consecutive ones, 1: one in every 32), and the __launch_bounds__
-# minimum resident blocks of the fast32 kernels (one fewer for fast64: 1-byte
-# units spill there at 4; at 6, 40 registers, fast32 spills too).  A tuning
-# candidate.
+# minimum resident blocks of the fast32 kernels (one fewer for fast64 and for
+# fast32's fill mode with 1-byte units: 1-byte units spill there at 4; at 6, 40
+# registers, fast32 spills too).  A tuning candidate.
 WEAVE_RU = 4
 WEAVE_LANES = 0
 WEAVE_BLOCKS = 4
