@@ -93,10 +93,9 @@ MINIMA_CASES = [
     ((47, 3), "float16", 0, (7663867,), "int64", "6733#403 slabf 1.50x (282 B)"),
     ((1, 9, 14835181, 3), "int16", 2, (6160275,), "int32", "5813#1 flat 1.03x (801 MB)"),
 ]
-if os.environ.get("PROBE_SET") == "edges":
-    CASES = EDGE_CASES
-elif os.environ.get("PROBE_SET") == "minima":
-    CASES = MINIMA_CASES
+SETS = {"": (CASES, "probe-weave.json"), "edges": (EDGE_CASES, "probe-weave-edges.json"),
+        "minima": (MINIMA_CASES, "probe-weave-minima.json")}
+CASES, RESULT = SETS[os.environ.get("PROBE_SET", "")]
 KINDS = ("flat", "pack", "slabf")
 
 
@@ -199,9 +198,7 @@ def main():
         res.append(row)
         del data, idx, ref
         cp.get_default_memory_pool().free_all_blocks()
-    name = {id(EDGE_CASES): "probe-weave-edges.json", id(MINIMA_CASES): "probe-weave-minima.json"
-            }.get(id(CASES), "probe-weave.json")
-    with open(os.path.join(OUT, name), "w") as f:
+    with open(os.path.join(OUT, RESULT), "w") as f:
         json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                    "variants": VARIANTS, "cases": res}, f, indent=1)
