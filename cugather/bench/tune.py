@@ -5,12 +5,22 @@ and fit the tuning table the planner consults (:mod:`cugather.plan.table`).
                             [--out FILE] [--records FILE] [--time-limit S] [--only KIND]
     python -m cugather tune --fit RECORDS [RECORDS ...] --out FILE   # no GPU needed
                             [--min-leaf N] [--penalty P] [--base TABLE]
+    python -m cugather tune --thin --fit RECORDS [...] [--table TABLE] # no GPU needed
+    python -m cugather tune --leaf N [--leaf M ...] [--table TABLE] [--geometries 12]
 
 ``--where "FEATURE OP VALUE"`` (repeatable; OP one of ``<= >= < > ==``, FEATURE
 one of :data:`cugather.plan.table.FEATURES`) times only the geometries of the
 seed's draw whose features satisfy every condition, ``--geometries`` of them,
 each recorded under its index in the draw: more timings where a region of the
 distribution is too sparse for the fit to separate (Gather only).
+
+``--thin --fit RECORDS`` (no GPU) lists the leaves of a table (``--table``, or
+the one cugather uses for the records' GPU) where a candidate runs the
+records it applies to 1.05x or more faster than what the planner runs there,
+on fewer of them than :data:`~cugather.plan.table.MIN_SUPPORT` (so the fit
+could not rank it): :func:`thin_leaves`.  ``--leaf N`` (repeatable) then times
+``--geometries`` draws in each leaf named, so that a fit with the new records
+can decide there.
 
 ``--op elements`` does the same for GatherElements / take_along_axis: its
 geometries are :func:`cugather.bench.tune_elements.draw_elements_shapes`, its
@@ -95,8 +105,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy
 
+from ..plan.table import MIN_SUPPORT
+
 __all__ = ["add_arguments", "run", "tune_shape", "timed_candidates", "fit_records", "parse_where",
-           "draw_where",
+           "draw_where", "thin_leaves",
            "shape_features", "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES"]
 
 TARGET_MS = 6.0
@@ -145,6 +157,16 @@ def add_arguments(p) -> None:
     p.add_argument("--where", action="append", default=None, metavar="COND",
                    help='time only geometries whose features meet COND, "FEATURE OP VALUE" '
                         "(OP one of <= >= < > ==; repeatable; Gather only)")
+    p.add_argument("--leaf", action="append", type=int, default=None, metavar="N",
+                   help="time only geometries that fall in leaf N of the table (--table, or "
+                        "the one cugather uses on this GPU), --geometries of them in each "
+                        "leaf named; repeatable; Gather only")
+    p.add_argument("--table", default=None, metavar="TABLE",
+                   help="the table --leaf and --thin read (default: the one cugather uses)")
+    p.add_argument("--thin", action="store_true",
+                   help="with --fit RECORDS: fit nothing; list the table's leaves where a "
+                        "candidate beats the leaf's choice on too few of their geometries "
+                        f"(under {MIN_SUPPORT}) to be ranked, and how to time more there")
     p.add_argument("--partial", action="store_true",
                    help="with --only: time only KIND's candidate there; --fit adds its times "
                         "to the earlier record of the same seed and geometry")
@@ -284,10 +306,12 @@ def parse_where(conds) -> list:
     return out
 
 
-def draw_where(n: int, seed: int, start: int = 0, where=(), max_draws: int = 1_000_000) -> list:
+def draw_where(n: int, seed: int, start: int = 0, where=(), max_draws: int = 1_000_000,
+               keep=None) -> list:
     """``(index, shape)`` of the first ``n`` sweep geometries of ``seed`` from draw
     ``start`` on whose features meet every ``(feature, op, value)`` of ``where``
-    (:func:`parse_where`); fewer when ``max_draws`` draws hold no more."""
+    (:func:`parse_where`) and, if given, ``keep(features)``; fewer when
+    ``max_draws`` draws hold no more."""
     from .sweep import draw_shape
 
     rng = numpy.random.default_rng(seed)
@@ -296,9 +320,11 @@ def draw_where(n: int, seed: int, start: int = 0, where=(), max_draws: int = 1_0
         s = draw_shape(rng)
         if i < start:
             continue
-        if where:
+        if where or keep is not None:
             f = shape_features(s)
             if not all(_OPS[op](f[name], value) for name, op, value in where):
+                continue
+            if keep is not None and not keep(f):
                 continue
         out.append((i, s))
         if len(out) == n:
@@ -381,6 +407,15 @@ def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: i
     return table, report
 
 
+def _runs(table, r: Dict[str, Any]) -> str:
+    """The candidate the planner runs on record ``r`` under ``table``: the leaf's
+    first that was timed there and applies, else the rules'."""
+    choice = table.choose(r["features"])
+    return next((c[0] for c in (choice.ranked if choice else ())
+                 if c[0] in r["times"] and not table.spec.declines(c[0], r["features"])),
+                r["rule"])
+
+
 def _slowdowns(table, records) -> Dict[str, Any]:
     """Geometric-mean and worst slowdown against the fastest candidate, of the
     table's choices and of the rules', over ``records``."""
@@ -388,17 +423,84 @@ def _slowdowns(table, records) -> Dict[str, Any]:
     for r in records:
         times = r["times"]
         best = min(times.values())
-        choice = table.choose(r["features"])
-        label = next((c[0] for c in (choice.ranked if choice else ())
-                      if c[0] in times and not table.spec.declines(c[0], r["features"])),
-                     r["rule"])
-        mine.append(times[label] / best)
+        mine.append(times[_runs(table, r)] / best)
         rule.append(times[r["rule"]] / best)
     gm = lambda xs: float(math.exp(sum(math.log(x) for x in xs) / len(xs)))  # noqa: E731
     return {"table_geomean_slowdown": round(gm(mine), 4), "rules_geomean_slowdown": round(gm(rule), 4),
             "table_worst": round(max(mine), 3), "rules_worst": round(max(rule), 3),
             "table_within_5pct": round(sum(x <= 1.05 for x in mine) / len(mine), 4),
             "rules_within_5pct": round(sum(x <= 1.05 for x in rule) / len(rule), 4)}
+
+
+def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
+                ) -> List[Dict[str, Any]]:
+    """Where ``table`` rests on too few timings: per leaf, each candidate that
+    applies to fewer than :data:`~cugather.plan.table.MIN_SUPPORT` of the
+    ``records`` falling in it (so the fit could not rank it) and runs them
+    ``min_speedup`` or more faster (geometric mean) than what the planner runs
+    there now.  Most promising first (the summed log2 gain).
+
+    Each entry: ``leaf``, ``n`` (records in the leaf), ``choice`` (the leaf's),
+    ``candidate``, ``support`` (records it applies to), ``speedup`` (over what
+    runs there now, on those), ``leaf_slowdown`` (geometric mean against the
+    fastest candidate over the leaf's records, as the planner runs them) and
+    ``conditions`` (the splits to the leaf, as ``--where`` takes them).
+    """
+    from collections import defaultdict
+
+    spec = table.spec
+    in_leaf: Dict[int, List[Dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r.get("times") and r.get("features") and r.get("op", "gather") == table.op:
+            in_leaf[int(table.leaf_of(r["features"])["leaf"])].append(r)
+    out = []
+    for leaf, rs in sorted(in_leaf.items()):
+        spent = 0.0
+        gain: Dict[str, List[float]] = defaultdict(list)
+        for r in rs:
+            times = r["times"]
+            now = times[_runs(table, r)]
+            spent += math.log2(now / min(times.values()))
+            for label, t in times.items():
+                if label not in spec.reference_only and not spec.declines(label, r["features"]):
+                    gain[label].append(math.log2(now / t))
+        node = table.leaf_of(rs[0]["features"])
+        for label, gs in gain.items():
+            speedup = 2 ** (sum(gs) / len(gs))
+            if len(gs) < MIN_SUPPORT and speedup >= min_speedup:
+                out.append({"leaf": leaf, "n": len(rs), "choice": node["choice"],
+                            "candidate": label, "support": len(gs),
+                            "speedup": round(speedup, 3), "gain": sum(gs),
+                            "leaf_slowdown": round(2 ** (spent / len(rs)), 3),
+                            "conditions": table.conditions(leaf)})
+    out.sort(key=lambda e: -e["gain"])
+    for e in out:
+        e["gain"] = round(e["gain"], 3)
+    return out
+
+
+def _print_thin(table, thin: List[Dict[str, Any]], records: List[Dict[str, Any]],
+                table_arg: Optional[str]) -> None:
+    if not thin:
+        print(f"no leaf of {table.source or 'the table'} has a candidate that beats its choice "
+              f"on fewer than {MIN_SUPPORT} of its geometries")
+        return
+    print(f"{len(thin)} candidates beat their leaf's choice on fewer than {MIN_SUPPORT} of its "
+          f"geometries ({table.source or 'the table'}):")
+    print(f"{'leaf':>5} {'n':>4} {'choice':>9} {'candidate':>9} {'on':>3} {'speedup':>8} "
+          f"{'leaf now':>9}")
+    for e in thin:
+        print(f"{e['leaf']:>5} {e['n']:>4} {e['choice']:>9} {e['candidate']:>9} "
+              f"{e['support']:>3} {e['speedup']:>7.3f}x {e['leaf_slowdown']:>8.3f}x")
+    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
+    leaves = " ".join(f"--leaf {n}" for n in dict.fromkeys(e["leaf"] for e in thin))
+    if table.op == "gather":
+        print("time every candidate on more geometries of these leaves (S: a seed the records "
+              f"do not hold; they hold {', '.join(map(str, seeds)) or 'none'}), then fit again "
+              "with the new records:")
+        print(f"  python -m cugather tune {leaves}"
+              + (f" --table {table_arg}" if table_arg else "")
+              + " --geometries 12 --seed S --records FILE --out FILE")
 
 
 def _read_records(paths) -> List[Dict[str, Any]]:
@@ -440,6 +542,9 @@ def _read_records(paths) -> List[Dict[str, Any]]:
 def run(args) -> int:
     from ..plan.table import user_table_path
 
+    if args.fit and args.leaf:
+        print("--leaf names where to time; --fit times nothing", file=sys.stderr)
+        return 2
     if args.fit:
         records = _read_records(args.fit)
         ops = {r.get("op", "gather") for r in records}
@@ -449,6 +554,16 @@ def run(args) -> int:
             return 2
         op = ops.pop() if ops else args.op
         arch = next((r.get("arch") for r in records if r.get("arch")), "sm_90")
+        if args.thin:
+            table = _table_arg(args.table, arch, op)
+            if table is None:
+                return 2
+            _print_thin(table, thin_leaves(table, [(_refeature if op == "gather" else
+                                                    _refeature_elements)(r)
+                                                   for r in records
+                                                   if r.get("times") and r.get("features")]),
+                        records, args.table)
+            return 0
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),
                 "command": ("python -m cugather tune --fit " + " ".join(args.fit)
@@ -478,6 +593,9 @@ def run(args) -> int:
         print("--base takes --fit RECORDS (it fits under a table's splits; it times nothing)",
               file=sys.stderr)
         return 2
+    if args.thin:
+        print("--thin takes --fit RECORDS (it reads timings; it times nothing)", file=sys.stderr)
+        return 2
     from .. import validate
     from ..plan.gather import GATHER_KINDS
     from ..runtime.launch import CUDA
@@ -499,8 +617,9 @@ def run(args) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    if where and args.op != "gather":
-        print("--where takes Gather's features (--op gather)", file=sys.stderr)
+    if (where or args.leaf) and args.op != "gather":
+        print(f"{'--where' if where else '--leaf'} takes Gather's features (--op gather)",
+              file=sys.stderr)
         return 2
 
     cp = validate.cupy_module()
@@ -517,9 +636,21 @@ def run(args) -> int:
         shapes = list(enumerate(draw_elements_shapes(args.start + args.geometries,
                                                      args.seed)))[args.start:]
     else:
-        shapes = draw_where(args.geometries, args.seed, args.start, where)
-        if len(shapes) < args.geometries:
-            print(f"--where: {len(shapes)} of the seed's draws qualify", flush=True)
+        keep, wanted = None, args.geometries
+        if args.leaf:
+            table = _table_arg(args.table, arch, "gather")
+            if table is None:
+                return 2
+            try:
+                keep = _leaf_quota(table, args.leaf, args.geometries)
+            except ValueError as e:
+                print(f"--leaf: {e}", file=sys.stderr)
+                return 2
+            wanted = args.geometries * len(set(args.leaf))
+        shapes = draw_where(wanted, args.seed, args.start, where, keep=keep)
+        if len(shapes) < wanted:
+            print(f"{'--leaf' if args.leaf else '--where'}: {len(shapes)} of the seed's draws "
+                  f"qualify", flush=True)
     t0 = time.perf_counter()
     records: List[Dict[str, Any]] = []
     pool = cp.get_default_memory_pool()
@@ -550,6 +681,44 @@ def run(args) -> int:
             "command": " ".join(["python -m cugather tune"] + sys.argv[2:]),
             "seeds": [args.seed], "tune_seconds": round(time.perf_counter() - t0, 1)}
     return _write(records, meta, out, args.min_leaf, args.op, args.penalty)
+
+
+def _table_arg(path: Optional[str], arch: str, op: str):
+    """The table ``--table`` names, or the one cugather uses for ``arch`` and ``op``;
+    None (the reason printed) where there is none."""
+    from ..plan.table import TableError, load_table, table_for
+
+    if path is None:
+        table = table_for(arch, op)
+        if table is None:
+            print(f"no {op} tuning table serves {arch}; name one with --table", file=sys.stderr)
+        return table
+    try:
+        table = load_table(path)
+    except (OSError, TableError) as e:
+        print(f"--table {path}: {e}", file=sys.stderr)
+        return None
+    if (table.op, table.arch) != (op, arch):
+        print(f"--table {path}: a table of {table.op} on {table.arch}, not of {op} on {arch}",
+              file=sys.stderr)
+        return None
+    return table
+
+
+def _leaf_quota(table, leaves, per_leaf: int):
+    """``keep(features)`` for :func:`draw_where`: a geometry of one of ``leaves``
+    whose leaf has fewer than ``per_leaf`` geometries so far."""
+    for leaf in leaves:
+        table.conditions(leaf)  # ValueError names a leaf the table lacks
+    count = {leaf: 0 for leaf in leaves}
+
+    def keep(feats: Dict[str, float]) -> bool:
+        leaf = int(table.leaf_of(feats)["leaf"])
+        if count.get(leaf, per_leaf) >= per_leaf:
+            return False
+        count[leaf] += 1
+        return True
+    return keep
 
 
 def _write(records, meta, out: str, min_leaf: int, op: str = "gather",

@@ -328,6 +328,37 @@ class TuningTable:
         walk(self.tree)
         return sorted(out, key=lambda n: n["leaf"])
 
+    def leaf_of(self, feats: Dict[str, float]) -> Dict[str, Any]:
+        """The leaf ``feats`` reach (its ranges and box not asked)."""
+        return self._walk(feats)[0]
+
+    def conditions(self, leaf: int) -> List[Tuple[str, str, float]]:
+        """The splits on the way to leaf ``leaf`` as ``(feature, "<=" or ">",
+        threshold)``; ValueError where the table has no such leaf."""
+        def walk(node: Dict[str, Any], path: list) -> Optional[list]:
+            if "choice" in node:
+                return path if node["leaf"] == leaf else None
+            name, t = node["feature"], float(node["threshold"])
+            return (walk(node["le"], path + [(name, "<=", t)])
+                    or walk(node["gt"], path + [(name, ">", t)]))
+
+        found = walk(self.tree, [])
+        if found is None:
+            raise ValueError(f"leaf must be one of the table's {len(self.leaves())} leaves "
+                             f"(0 to {max(n['leaf'] for n in self.leaves())}), got {leaf!r}")
+        return found
+
+    def _walk(self, feats: Dict[str, float]) -> Tuple[Dict[str, Any], List[Tuple[str, str, float]]]:
+        node, path = self.tree, []
+        while "choice" not in node:
+            name, t = node["feature"], node["threshold"]
+            if feats[name] <= t:
+                node, op = node["le"], "<="
+            else:
+                node, op = node["gt"], ">"
+            path.append((name, op, t))
+        return node, path
+
     def choose(self, feats: Dict[str, float]) -> Optional[Choice]:
         """The leaf's candidate for ``feats``; None where :meth:`lookup` gives none."""
         return self.lookup(feats)[0]
@@ -339,14 +370,8 @@ class TuningTable:
         for name, (lo, hi) in self.ranges.items():
             if not lo <= feats[name] <= hi:
                 return None, f"{name} {feats[name]:g} outside the fitted {lo:g} to {hi:g}"
-        node, path = self.tree, []
-        while "choice" not in node:
-            name, t = node["feature"], node["threshold"]
-            if feats[name] <= t:
-                node, op = node["le"], "<="
-            else:
-                node, op = node["gt"], ">"
-            path.append(f"{name} {op} {t:g}")
+        node, conds = self._walk(feats)
+        path = [f"{name} {op} {t:g}" for name, op, t in conds]
         label = node["choice"]
         if label == "rule":
             return None, f"its leaf {node['leaf']} keeps them"

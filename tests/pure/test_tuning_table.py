@@ -987,16 +987,11 @@ def test_tune_where_names_a_bad_condition(cond, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_tune_where_records_each_geometry_under_its_draw_index(tmp_path, monkeypatch):
-    """The timing loop of ``tune --where`` (a stand-in for the GPU and the timing):
-    each record carries the seed and the geometry's index in the seed's draw, and
-    its data seed follows that index, so a later run of the same draw replaces or
-    completes it."""
+def _fake_gpu(monkeypatch):
+    """An H200 as far as ``tune``'s timing loop asks (no device is touched)."""
     import types
 
     from cugather import validate
-    from cugather.bench import tune
-    from cugather.cli.main import main
     from cugather.runtime.launch import CUDA
 
     fake_cp = types.SimpleNamespace(
@@ -1006,6 +1001,17 @@ def test_tune_where_records_each_geometry_under_its_draw_index(tmp_path, monkeyp
         get_default_memory_pool=lambda: types.SimpleNamespace(free_all_blocks=lambda: None))
     monkeypatch.setattr(validate, "cupy_module", lambda: fake_cp)
     monkeypatch.setattr(CUDA, "limits", lambda device: SM90)
+
+
+def test_tune_where_records_each_geometry_under_its_draw_index(tmp_path, monkeypatch):
+    """The timing loop of ``tune --where`` (a stand-in for the GPU and the timing):
+    each record carries the seed and the geometry's index in the seed's draw, and
+    its data seed follows that index, so a later run of the same draw replaces or
+    completes it."""
+    from cugather.bench import tune
+    from cugather.cli.main import main
+
+    _fake_gpu(monkeypatch)
     seen = []
 
     def fake_tune_shape(cp, s, gseed, device, only, partial):
@@ -1040,3 +1046,149 @@ def test_tune_only_several_kinds_times_them_on_the_first_kinds_geometries(capsys
     assert "several kinds need --partial" in capsys.readouterr().err
     assert main(["tune", "--only", "slabf,flot", "--partial"]) == 2
     assert "got 'slabf,flot'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- thin leaves
+def _meets(feats, conditions):
+    return all(feats[name] <= t if op == "<=" else feats[name] > t for name, op, t in conditions)
+
+
+def test_a_table_names_the_splits_to_each_leaf():
+    """``conditions(leaf)``: the splits on the way to the leaf, which every geometry
+    ``leaf_of`` puts there meets and no geometry of another leaf does."""
+    from cugather.bench.sweep import draw_shapes
+    from cugather.bench.tune import shape_features
+
+    table = tt.load_table(tt.SHIPPED / "sm_90.json")
+    feats = [shape_features(s) for s in draw_shapes(300, 4)]
+    ids = [n["leaf"] for n in table.leaves()]
+    paths = {leaf: table.conditions(leaf) for leaf in ids}
+    for f in feats:
+        (leaf,) = [leaf for leaf in ids if _meets(f, paths[leaf])]
+        assert table.leaf_of(f)["leaf"] == leaf
+    root = tt.TuningTable.from_dict(_table_dict({"choice": "rows/4", "leaf": 0, "n": 9}))
+    assert root.conditions(0) == []
+    with pytest.raises(ValueError, match=r"leaf must be one of the table's \d+ leaves .*got 99999"):
+        table.conditions(99999)
+
+
+def test_tune_leaf_draws_its_quota_of_geometries_in_each_leaf_named():
+    """``tune --leaf A --leaf B --geometries 3``: the seed's first three draws that
+    fall in leaf A and the first three in B, in draw order, nothing else."""
+    from collections import Counter
+
+    from cugather.bench import tune
+    from cugather.bench.sweep import draw_shapes
+
+    table = tt.load_table(tt.SHIPPED / "sm_90.json")
+    every = draw_shapes(400, 1000)
+    common = Counter(table.leaf_of(tune.shape_features(s))["leaf"] for s in every[:200])
+    (a, _), (b, _) = common.most_common(2)
+    got = tune.draw_where(6, 1000, 0, [], keep=tune._leaf_quota(table, [a, b], 3))
+    want = []
+    for leaf in (a, b):
+        cond = table.conditions(leaf)
+        want += [i for i, s in enumerate(every) if _meets(tune.shape_features(s), cond)][:3]
+    assert len(want) == 6 and max(want) < len(every)
+    assert [i for i, _ in got] == sorted(want)
+    assert all(s == every[i] for i, s in got)
+    with pytest.raises(ValueError, match="got 99999"):
+        tune._leaf_quota(table, [a, 99999], 3)
+
+
+def _thin_case():
+    """A table of two leaves (rows of at most 64 bytes: rows/4; longer: the rules)
+    and records where slab runs 2x faster than rows/4 on three geometries of the
+    first leaf (fewer than MIN_SUPPORT), scalar 1.02x on the only two it is timed on,
+    window 1.5x on five of the second's."""
+    tree = {"feature": "log2_row_bytes", "threshold": 6.0, "n": 40,
+            "le": {"choice": "rows/4", "leaf": 0, "n": 20},
+            "gt": {"choice": "rule", "leaf": 1, "n": 20}}
+    table = tt.TuningTable.from_dict(_table_dict(tree))
+    rng = np.random.default_rng(11)
+    records = []
+    for k in range(40):
+        r = _staging_pays(_record(rng, lambda f: "rows/4" if k < 20 else "rows/1"))
+        r["features"]["log2_row_bytes"] = 5.0 if k < 20 else 8.0
+        t = r["times"]
+        t.pop("slab")
+        if k < tt.MIN_SUPPORT - 1:
+            t["slab"] = t["rows/4"] / 2
+        t.pop("scalar")
+        if k in (5, 6):
+            t["scalar"] = t["rows/4"] / 1.02
+        if 20 <= k < 25:
+            t["window"] = t["rows/1"] / 1.5
+        records.append(r)
+    return table, records
+
+
+def test_thin_leaves_names_a_candidate_faster_on_too_few_geometries_to_rank():
+    from cugather.bench.tune import thin_leaves
+
+    table, records = _thin_case()
+    (e,) = thin_leaves(table, records)
+    assert (e["leaf"], e["n"], e["choice"], e["candidate"], e["support"]) == \
+        (0, 20, "rows/4", "slab", tt.MIN_SUPPORT - 1)
+    assert e["speedup"] == pytest.approx(2.0, abs=1e-3)
+    assert e["gain"] == pytest.approx(tt.MIN_SUPPORT - 1, abs=1e-3)
+    assert e["conditions"] == [("log2_row_bytes", "<=", 6.0)]
+    # rows/4 runs there: 2x slab's time on three geometries, 1.02x scalar's on two
+    spent = tt.MIN_SUPPORT - 1 + 2 * math.log2(1.02)
+    assert e["leaf_slowdown"] == pytest.approx(2 ** (spent / 20), abs=1e-3)
+    # a smaller bar takes scalar's 1.02x too; slab's fourth geometry makes it rankable
+    assert [x["candidate"] for x in thin_leaves(table, records, 1.01)] == ["slab", "scalar"]
+    records[tt.MIN_SUPPORT - 1]["times"]["slab"] = records[tt.MIN_SUPPORT - 1]["times"]["rows/4"]
+    assert thin_leaves(table, records) == []
+
+
+def test_tune_thin_reports_the_leaves_and_how_to_time_more(tmp_path, capsys, monkeypatch):
+    from cugather.cli.main import main
+
+    table, records = _thin_case()
+    tab = tmp_path / "t.json"
+    tab.write_text(json.dumps(table.to_dict()))
+    rec = tmp_path / "r.jsonl"
+    rec.write_text("".join(json.dumps(dict(r, arch="sm_90", seed=7, index=i)) + "\n"
+                           for i, r in enumerate(records)))
+    assert main(["tune", "--thin", "--fit", str(rec), "--table", str(tab)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+0\s+20\s+rows/4\s+slab\s+3\s+2\.000x", out, re.M)
+    assert f"python -m cugather tune --leaf 0 --table {tab} --geometries 12 --seed S" in out
+    assert "they hold 7" in out
+    assert not list(tmp_path.glob("*.records*"))  # nothing fitted, nothing written
+    monkeypatch.setenv("CUGATHER_TUNING", str(tab))  # the table cugather uses, by default
+    assert main(["tune", "--thin", "--fit", str(rec)]) == 0
+    assert "--leaf 0 --geometries 12" in capsys.readouterr().out
+    other = tmp_path / "o.json"
+    other.write_text(json.dumps(_table_dict(table.to_dict()["tree"], arch="sm_80")))
+    assert main(["tune", "--thin", "--fit", str(rec), "--table", str(other)]) == 2
+    assert "a table of gather on sm_80, not of gather on sm_90" in capsys.readouterr().err
+    assert main(["tune", "--thin"]) == 2
+    assert "--thin takes --fit RECORDS" in capsys.readouterr().err
+    assert main(["tune", "--fit", str(rec), "--leaf", "0"]) == 2
+    assert "--fit times nothing" in capsys.readouterr().err
+
+
+def test_tune_leaf_times_the_geometries_of_the_leaves_named(tmp_path, monkeypatch, capsys):
+    """The timing loop of ``tune --leaf`` (a stand-in for the GPU and the timing)."""
+    from cugather.bench import tune
+    from cugather.cli.main import main
+
+    _fake_gpu(monkeypatch)
+    table = tt.load_table(tt.SHIPPED / "sm_90.json")
+    seen = []
+    monkeypatch.setattr(tune, "tune_shape", lambda cp, s, gseed, device, only, partial:
+                        seen.append(s) or {"shape": s.as_dict(), "times": {"slab": 1.0},
+                                           "errors": {}, "partial": True})
+    leaf = table.leaf_of(tune.shape_features(tune.draw_where(1, 1000)[0][1]))["leaf"]
+    rec = tmp_path / "r.jsonl"
+    assert main(["tune", "--only", "slab", "--partial", "--leaf", str(leaf), "--geometries",
+                 "4", "--seed", "1000", "--records", str(rec), "--table",
+                 str(tt.SHIPPED / "sm_90.json"), "--out", str(tmp_path / "t.json")]) == 0
+    assert len(seen) == 4
+    assert all(table.leaf_of(tune.shape_features(s))["leaf"] == leaf for s in seen)
+    assert main(["tune", "--leaf", "99999", "--table", str(tt.SHIPPED / "sm_90.json")]) == 2
+    assert "--leaf: leaf must be one of the table's" in capsys.readouterr().err
+    assert main(["tune", "--op", "elements", "--leaf", "0"]) == 2
+    assert "--leaf takes Gather's features" in capsys.readouterr().err
