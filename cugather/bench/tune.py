@@ -100,6 +100,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -390,9 +391,7 @@ def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: i
     from ..plan.table import fit, spec_of
 
     spec = spec_of(op)
-    usable = [r for r in records if r.get("times") and r.get("features")
-              and r.get("op", "gather") == op]
-    usable = [(_refeature if op == "gather" else _refeature_elements)(r) for r in usable]
+    usable = _usable(records, op)
     train = [r for i, r in enumerate(usable) if i % HOLDOUT_EVERY]
     held = [r for i, r in enumerate(usable) if not i % HOLDOUT_EVERY]
     report: Dict[str, Any] = {"geometries": len(usable), "held_out": len(held)}
@@ -508,35 +507,117 @@ def _read_records(paths) -> List[Dict[str, Any]]:
     index as an earlier one (a run with ``--only``) takes that one's place, or,
     marked ``"partial"`` (``--only KIND --partial``), adds its times and errors
     to it.  A partial record with no earlier one is dropped: the fastest
-    candidate of a geometry is known only where every candidate was timed."""
+    candidate of a geometry is known only where every candidate was timed.
+
+    A line that is not a record (a run cut short leaves its last line
+    incomplete) and the rest of a gzip file that ends early are skipped with a
+    warning; OSError or ValueError names a file that cannot be read at all."""
     import gzip
 
     out: List[Dict[str, Any]] = []
     where: Dict[Any, int] = {}
     for p in paths:
-        with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                rec = json.loads(line)
-                key = (rec.get("seed"), rec.get("index"))
-                if rec.pop("partial", False):
-                    if None not in key and key in where:
-                        base = out[where[key]]
-                        errors = {k: v for k, v in base.get("errors", {}).items()
-                                  if k not in rec["times"]}
-                        errors.update(rec.get("errors", {}))
-                        out[where[key]] = dict(base, times={**base.get("times", {}),
-                                                            **rec["times"]}, errors=errors)
-                    continue
-                if None not in key and key in where:
-                    out[where[key]] = rec
-                    continue
-                if None not in key:
-                    where[key] = len(out)
-                out.append(rec)
+        skipped: List[int] = []
+        try:
+            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as f:
+                for lineno, line in enumerate(f, 1):
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        rec = None
+                    if not _well_formed(rec):
+                        skipped.append(lineno)
+                        continue
+                    _add_record(out, where, rec)
+        except EOFError:
+            warnings.warn(f"cugather tune: {p} ends early (a gzip file cut short); its "
+                          f"records up to there are used", stacklevel=2)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p} is not a file of JSON lines ({e})") from None
+        if skipped:
+            warnings.warn(f"cugather tune: skipped {len(skipped)} line(s) of {p} that are not "
+                          f"records (line {', '.join(map(str, skipped[:5]))}"
+                          f"{', ...' if len(skipped) > 5 else ''}); a run cut short leaves "
+                          f"its last line incomplete", stacklevel=2)
     return out
+
+
+def _well_formed(rec: Any) -> bool:
+    """Whether ``rec`` (a parsed line) is a record :func:`_read_records` can merge."""
+    return (isinstance(rec, dict)
+            and all(isinstance(rec.get(k), (int, type(None))) for k in ("seed", "index"))
+            and all(isinstance(rec.get(k, {}), dict) for k in ("times", "errors"))
+            and (not rec.get("partial") or "times" in rec))
+
+
+def _add_record(out: List[Dict[str, Any]], where: Dict[Any, int], rec: Dict[str, Any]) -> None:
+    key = (rec.get("seed"), rec.get("index"))
+    if rec.pop("partial", False):
+        if None not in key and key in where:
+            base = out[where[key]]
+            errors = {k: v for k, v in base.get("errors", {}).items() if k not in rec["times"]}
+            errors.update(rec.get("errors", {}))
+            out[where[key]] = dict(base, times={**base.get("times", {}), **rec["times"]},
+                                   errors=errors)
+        return
+    if None not in key and key in where:
+        out[where[key]] = rec
+        return
+    if None not in key:
+        where[key] = len(out)
+    out.append(rec)
+
+
+def _usable(records: List[Dict[str, Any]], op: str) -> List[Dict[str, Any]]:
+    """``op``'s records that carry times, with their features computed again from
+    their shapes; a record whose times, rule, shape or features cannot be used
+    is dropped with a warning."""
+    from ..plan.table import spec_of
+
+    spec = spec_of(op)
+    refeature = _refeature if op == "gather" else _refeature_elements
+    out: List[Dict[str, Any]] = []
+    bad: List[Any] = []
+    for r in records:
+        if r.get("op", "gather") != op or not r.get("times"):
+            continue
+        why = _times_problem(r)
+        if why is None:
+            try:
+                r = refeature(r)
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+                why = f"its shape or features cannot be read ({type(e).__name__}: {e})"
+            else:
+                f = r.get("features")
+                missing = [n for n in spec.features
+                           if not isinstance(f, dict) or not _positive_or_finite(f.get(n))]
+                if missing:
+                    why = f"its features lack {', '.join(missing[:3])}"
+        if why is not None:
+            bad.append((r.get("seed"), r.get("index"), why))
+            continue
+        out.append(r)
+    if bad:
+        seed, index, why = bad[0]
+        warnings.warn(f"cugather tune: dropped {len(bad)} record(s) that cannot be used; the "
+                      f"first (seed {seed}, index {index}): {why}", stacklevel=2)
+    return out
+
+
+def _positive_or_finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _times_problem(r: Dict[str, Any]) -> Optional[str]:
+    times = r["times"]
+    if not all(isinstance(k, str) and _positive_or_finite(v) and v > 0 for k, v in times.items()):
+        return "its times are not all positive numbers"
+    if r.get("rule") not in times:
+        return f"the rules' candidate {r.get('rule')!r:.40} has no time"
+    return None
 
 
 def run(args) -> int:
@@ -546,7 +627,11 @@ def run(args) -> int:
         print("--leaf names where to time; --fit times nothing", file=sys.stderr)
         return 2
     if args.fit:
-        records = _read_records(args.fit)
+        try:
+            records = _read_records(args.fit)
+        except (OSError, ValueError) as e:
+            print(f"--fit: {e}", file=sys.stderr)
+            return 2
         ops = {r.get("op", "gather") for r in records}
         if len(ops) > 1:
             print(f"--fit takes the records of one op; these hold {', '.join(sorted(ops))}",
@@ -558,11 +643,7 @@ def run(args) -> int:
             table = _table_arg(args.table, arch, op)
             if table is None:
                 return 2
-            _print_thin(table, thin_leaves(table, [(_refeature if op == "gather" else
-                                                    _refeature_elements)(r)
-                                                   for r in records
-                                                   if r.get("times") and r.get("features")]),
-                        records, args.table)
+            _print_thin(table, thin_leaves(table, _usable(records, op)), records, args.table)
             return 0
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),
@@ -723,7 +804,11 @@ def _leaf_quota(table, leaves, per_leaf: int):
 
 def _write(records, meta, out: str, min_leaf: int, op: str = "gather",
            penalty: float = PENALTY, base=None) -> int:
-    table, report = fit_records(records, meta, min_leaf, penalty, op=op, base=base)
+    try:
+        table, report = fit_records(records, meta, min_leaf, penalty, op=op, base=base)
+    except ValueError as e:  # no usable record
+        print(f"nothing fitted: {e}", file=sys.stderr)
+        return 2
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")

@@ -1192,3 +1192,83 @@ def test_tune_leaf_times_the_geometries_of_the_leaves_named(tmp_path, monkeypatc
     assert "--leaf: leaf must be one of the table's" in capsys.readouterr().err
     assert main(["tune", "--op", "elements", "--leaf", "0"]) == 2
     assert "--leaf takes Gather's features" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- damaged records
+def _sweep_records(n, seed=21):
+    """Gather records of real sweep shapes (their features as the tuner computes
+    them), rows/4 fastest, the rules on rows/1."""
+    from cugather.bench.sweep import draw_shapes
+    from cugather.bench.tune import shape_features
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, s in enumerate(draw_shapes(n, seed)):
+        times = {"rows/1": 2.0 + rng.random(), "rows/4": 1.0 + rng.random() / 10}
+        out.append({"shape": s.as_dict(), "features": shape_features(s), "times": times,
+                    "rule": "rows/1", "arch": "sm_90", "seed": seed, "index": i})
+    return out
+
+
+def test_a_damaged_record_file_is_read_up_to_the_damage(tmp_path):
+    """A run cut short leaves an incomplete last line, a copy cut short a gzip
+    file that ends early: the records before the damage are used, the rest is
+    skipped with a warning that names the file and the lines."""
+    import gzip
+
+    from cugather.bench.tune import _read_records
+
+    records = _sweep_records(40)
+    lines = [json.dumps(r) for r in records]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:30]) + "\n" + lines[30][:77])
+    with pytest.warns(UserWarning, match=r"skipped 1 line\(s\) of .*cut.jsonl .*\(line 31\)"):
+        assert _read_records([cut]) == records[:30]
+    odd = tmp_path / "odd.jsonl"  # lines that parse but are no records
+    odd.write_text("\n".join([lines[0], "[1, 2]", json.dumps(dict(records[1], times=[1.0])),
+                              json.dumps(dict(records[2], index=[2])), lines[3]]) + "\n")
+    with pytest.warns(UserWarning, match=r"skipped 3 line\(s\) of .*odd.jsonl .*\(line 2, 3, 4\)"):
+        assert _read_records([odd]) == [records[0], records[3]]
+    whole = gzip.compress(("\n".join(lines) + "\n").encode())
+    short = tmp_path / "short.jsonl.gz"
+    short.write_bytes(whole[:len(whole) // 2])
+    with pytest.warns(UserWarning, match="short.jsonl.gz ends early"):
+        got = _read_records([short])
+    assert 0 < len(got) < 40 and got == records[:len(got)]
+
+
+def test_a_record_that_cannot_be_used_is_dropped_with_a_warning():
+    from cugather.bench.tune import _usable
+
+    records = _sweep_records(12)
+    bad = [dict(records[0], times={"rows/1": -1.0, "rows/4": 1.0}),
+           dict(records[1], times={"rows/1": "fast", "rows/4": 1.0}),
+           dict(records[2], rule="rows/2"),
+           dict(records[3], shape={"row_bytes": 8}),
+           dict(records[4], shape=None, features={"unit": 4})]
+    with pytest.warns(UserWarning, match=r"dropped 5 record\(s\) .*the first \(seed 21, index 0\): "
+                                         r"its times are not all positive"):
+        got = _usable(bad + records[5:], "gather")
+    assert [r["index"] for r in got] == list(range(5, 12))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(_usable(records, "gather")) == 12
+        assert _usable(records, "elements") == []  # another op's records are not dropped: skipped
+
+
+def test_tune_fit_of_unreadable_or_useless_records_says_so(tmp_path, capsys):
+    from cugather.cli.main import main
+
+    out = tmp_path / "t.json"
+    assert main(["tune", "--fit", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
+    assert "--fit: " in capsys.readouterr().err
+    binary = tmp_path / "b.jsonl"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert main(["tune", "--fit", str(binary), "--out", str(out)]) == 2
+    assert "is not a file of JSON lines" in capsys.readouterr().err
+    useless = tmp_path / "u.jsonl"
+    useless.write_text(json.dumps(dict(_sweep_records(1)[0], rule="scalar")) + "\n")
+    with pytest.warns(UserWarning, match="the rules' candidate 'scalar' has no time"):
+        assert main(["tune", "--fit", str(useless), "--out", str(out)]) == 2
+    assert "nothing fitted: no timed geometries to fit" in capsys.readouterr().err
+    assert not out.exists()
