@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-__all__ = ["PEERS", "score", "why", "ratio_stats", "summarize", "sweep_text", "sweep_chart",
-           "LAUNCH_BOUND_MS"]
+__all__ = ["PEERS", "score", "why", "chooser", "ratio_stats", "summarize", "sweep_text",
+           "sweep_chart", "LAUNCH_BOUND_MS"]
 
 PEERS = ("cupy.take", "torch.index_select", "jax.numpy.take")
 LAUNCH_BOUND_MS = 0.010   # a best peer under 10 us is bound by launch latency, not bytes
@@ -38,6 +38,24 @@ def score(rec: dict) -> dict:
             st["of_ceiling"] = st["gbps"] / impl["copy"]["gbps"]
     rec["mismatch"] = sorted(k for k, ok in rec.get("checked", {}).items() if not ok)
     return rec
+
+
+def chooser(chosen_by: str) -> str:
+    """What chose a plan's kernel, in short, from the plan's ``chosen_by``: ``table
+    leaf N`` or ``rules`` and why the table left the geometry to them; "" where
+    the record predates it."""
+    import re
+
+    m = re.match(r"(sm_\d+) tuning table, leaf (\d+) \(", chosen_by)
+    if m:
+        return f"{m.group(1)} table leaf {m.group(2)}"
+    m = re.search(r"\(the sm_\d+ tuning table leaves this geometry to them: (.*)\)$", chosen_by)
+    if m:
+        return f"rules: {m.group(1)}"
+    m = re.search(r"\(sm_\d+ table (leaf \d+ names .*)\)$", chosen_by)
+    if m:
+        return f"rules: {m.group(1)}"
+    return "rules" if chosen_by else ""
 
 
 def _size(n: int) -> str:
@@ -172,7 +190,8 @@ def sweep_text(results: dict) -> str:
                      f" out {_size(r['out_bytes'])}, table {_size(r['table_bytes'])}: "
                      f"({'x'.join(map(str, r['shape']))}) {r['dtype']} axis {r['axis']}, "
                      f"idx ({'x'.join(map(str, r['indices'])) or 'scalar'}) {r['index_dtype']}")
-        lines.append(f"        {r['plan']['entry']}: {r['why']}")
+        by = chooser(r["plan"].get("chosen_by", ""))
+        lines.append(f"        {r['plan']['entry']}{f' ({by})' if by else ''}: {r['why']}")
     return "\n".join(lines)
 
 

@@ -158,6 +158,7 @@ def _plan(op, data, idx) -> dict:
     key = plan.key
     return {"entry": getattr(key, "entry", None), "kind": plan.kind,
             "unit": getattr(key, "unit", None), "reason": plan.reason,
+            "chosen_by": getattr(plan, "chosen_by", ""),
             "grid": list(plan.grid), "block": list(plan.block)}
 
 

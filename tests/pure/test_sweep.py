@@ -259,6 +259,47 @@ def test_sweep_text_lists_summary_and_worst():
     assert "(10x6) float32 axis 0, idx (7) int32" in worst[0] and "because 1" in text
 
 
+def test_the_worst_shapes_say_whether_the_table_or_the_rules_chose_the_kernel(monkeypatch):
+    """Each worst shape names what chose its kernel: the table's leaf, or the rules
+    and why the table left the geometry to them (from the planner's own words)."""
+    from cugather.bench.sweep_report import chooser
+    from cugather.plan import table
+    from cugather.plan.core import DeviceLimits, Operand
+    from cugather.plan.gather import plan_gather
+
+    monkeypatch.delenv("CUGATHER_TUNING", raising=False)
+    table.clear_tables()
+
+    def by(shape, itemsize, picks, axis, arch="sm_90", idt="int64"):
+        p = plan_gather(Operand.contiguous(shape, itemsize), (picks,), idt, axis, "wrap",
+                        limits=DeviceLimits(arch=arch))
+        return chooser(p.chosen_by)
+
+    tab = table.table_for("sm_90")
+    feats = table.features(6, 2, 16, 1215976, 268, 8)
+    assert tab.leaf_of(feats)["choice"] == "rule"
+    leaf = tab.leaf_of(feats)["leaf"]
+    assert by((16, 268, 3), 2, 1215976, 1) == f"rules: its leaf {leaf} keeps them"
+    feats = table.features(512, 16, 1, 4096, 1000000, 8)
+    choice = tab.choose(feats)
+    assert by((1000000, 128), 4, 4096, 0) == f"sm_90 table leaf {choice.leaf}"
+    assert by((16, 268, 3), 2, 1215976, 1, arch="sm_80") == "rules"
+    assert chooser("") == ""
+    assert chooser("rule: rows that are not contiguous") == "rules"
+    import cugather
+    from cugather.bench.sweep_run import _plan
+
+    rec = _plan(cugather.GatherOp(axis=1, mode="wrap"), ((16, 268, 3), "int16"),
+                ((1215976,), "int64"))  # the sweep's record of a plan, without a GPU
+    assert chooser(rec["chosen_by"]) == f"rules: its leaf {leaf} keeps them"
+    recs = [_full_rec(i, r) for i, r in enumerate([1.5, 0.4])]
+    recs[1]["plan"]["chosen_by"] = "sm_90 tuning table, leaf 7 (flat): log2_rows <= 3"
+    text = sweep_text(_results(recs))
+    assert "cugather_rows (sm_90 table leaf 7): because 1" in text
+    assert "cugather_rows: because 0" in text  # a record without chosen_by
+    table.clear_tables()
+
+
 def test_sweep_chart(tmp_path):
     pytest.importorskip("matplotlib")
     recs = [_full_rec(i, r, k) for i, (r, k) in enumerate([(1.5, "rows"), (0.4, "scalar")])]
