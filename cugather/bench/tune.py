@@ -14,14 +14,6 @@ seed's draw whose features satisfy every condition, ``--geometries`` of them,
 each recorded under its index in the draw: more timings where a region of the
 distribution is too sparse for the fit to separate (Gather only).
 
-``--thin --fit RECORDS`` (no GPU) lists the leaves of a table (``--table``, or
-the one cugather uses for the records' GPU) where a candidate runs the
-records it applies to 1.05x or more faster than what the planner runs there,
-on fewer of them than :data:`~cugather.plan.table.MIN_SUPPORT` (so the fit
-could not rank it): :func:`thin_leaves`.  ``--leaf N`` (repeatable) then times
-``--geometries`` draws in each leaf named, so that a fit with the new records
-can decide there.
-
 ``--op elements`` does the same for GatherElements / take_along_axis: its
 geometries are :func:`cugather.bench.tune_elements.draw_elements_shapes`, its
 candidates :data:`cugather.plan.table.ELEMENTS_CANDIDATES`, checked against
@@ -31,43 +23,22 @@ The shipped ``cugather/plan/tables/sm_90.elements.json`` is the ``--fit`` of
 ``benchmarks/tune-sm_90-elements-seed1000.jsonl.gz`` (``--op elements
 --geometries 1500 --seed 1000``).
 
-The shipped H200 table (``cugather/plan/tables/sm_90.json``) is the ``--fit`` of
-``benchmarks/tune-sm_90-seed1000.jsonl.gz``, ``...-seed1001.jsonl.gz`` (two runs,
-``--geometries 2000 --seed 1000`` and ``--seed 1001``), then
-``...-seed1000-pack.jsonl.gz`` and ``...-seed1001-pack.jsonl.gz`` (the same seeds
-with ``--only pack``, the geometries of the pack kernel timed again), then
-``...-seed1000-flat.jsonl.gz`` and ``...-seed1001-flat.jsonl.gz`` (``--only flat``),
-then the ``-lean`` and ``-span`` records of both seeds (``--only lean``, ``--only span``),
-then ``-flat2`` (``--only flat`` again), then the partial records ``-flatv`` and
-``-lean2`` (``--only flatv --partial``, ``--only lean --partial``), in that order,
-then ``...-seed1002.jsonl.gz`` (a third run, ``--seed 1002``), then the
-``-span2`` and ``-slab`` records of the three seeds (``--only span --partial``,
-``--only slab --partial``: the staged span kernel and slab's index loads in
-flight), then their ``-slab2`` and ``-slabw`` records (``--only slab
---partial``, ``--only slabw --partial``, timed together), then their
-``-slabf`` records (``--only slabf,flat --partial``), then
-``...-seed1003-where.jsonl.gz`` (``--seed 1003 --geometries 300`` with four
-``--where`` conditions: one-unit rows of at most 4 bytes, 16 or more outer
-rows, 16 MiB or more out), with ``--min-leaf 6 --penalty 4`` (fitted on two
-of the first three seeds and scored on the third, 1.0050x, 1.0014x and
-1.0025x the fastest candidate other than span, slab, slabw and slabf; at the
-default penalty every fit of an earlier round moved one fixed-suite case to a
-kernel 1.7x slower there).  It was then fitted again under its own splits
-(``--base``, the table before kept as
-``benchmarks/probe-short/sm_90-before-lean64.json``) with two more record sets
-of the first three seeds: ``-lean3`` (every candidate of 510 geometries per
-seed of 1-64 MiB out and rows of several units, ``--only lean`` with
-``--where`` conditions, timed with lean allowed past 1 MiB) and ``-inner3``
-(inner's partial records under its chunk rule, on the geometries whose inner
-launch that rule changed: ``benchmarks/probe-inner/retime.py``).  Then again
-under its own splits (the table before kept as
-``benchmarks/probe-chunks/sm_90-before-chunks16.json``) with ``-slab3``
-(``--only slab,slabw --partial``, under slab's index-block cap) and
-``-chunks16`` (``--only chunks16,chunks --partial``, chunks16's times only:
-chunks' keep those of the runs before).  Then again under its own splits (the
-table before kept as ``benchmarks/probe-weave/sm_90-before-weave.json``) with
-``-weave`` (``--only weave``: every candidate timed again on the geometries
-weave applies to, whose records replace the earlier ones).
+``--thin --fit RECORDS`` (no GPU) lists the leaves of a table (``--table``, or
+the one cugather uses for the records' GPU) where a candidate runs the
+records it applies to 1.05x or more faster than what the planner runs there,
+on fewer of them than :data:`~cugather.plan.table.MIN_SUPPORT` (so the fit
+could not rank it): :func:`thin_leaves`.  ``--leaf N`` (repeatable) then times
+``--geometries`` draws in each leaf named, so that a fit with the new records
+can decide there.
+
+The shipped H200 table (``cugather/plan/tables/sm_90.json``) keeps the command
+that fitted it in ``meta["command"]``: the ``--fit`` of record files in
+``benchmarks/`` (2000 geometries of each of the seeds 1000-1002, 300
+``--where`` geometries of seed 1003, and the ``--only`` / ``--partial``
+records of each kernel added since, in the order they were timed) with
+``--min-leaf 6 --penalty 4``, under the splits of the table before it
+(``--base``).  BENCHMARKS.md, section "Kernel choice by measurement", gives
+each step and what it measured.
 
 Geometries are the sweep's (:func:`cugather.bench.sweep.draw_shapes`, the
 distribution its docstring documents), in wrap mode.  Per geometry, every
