@@ -99,19 +99,36 @@ MIN_LEAF = 12
 PENALTY = 8.0
 
 
+def _at_least(low, kind=int):
+    """An argparse type: a ``kind`` number of at least ``low``."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v < low:
+            raise argparse.ArgumentTypeError(
+                f"must be {'an integer' if kind is int else 'a number'} of at least {low:g}, "
+                f"got {text!r}")
+        return v
+    return parse
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--geometries", type=int, default=2000, metavar="N",
+    p.add_argument("--geometries", type=_at_least(1), default=2000, metavar="N",
                    help="random geometries to time (default 2000)")
     p.add_argument("--seed", type=int, default=1000,
                    help="seed of the geometries (default 1000; the sweep's held-out seeds "
                         "are others)")
-    p.add_argument("--start", type=int, default=0, metavar="I",
+    p.add_argument("--start", type=_at_least(0), default=0, metavar="I",
                    help="skip the first I geometries of the seed (split a run in parts)")
     p.add_argument("--out", default=None, metavar="FILE",
                    help="the fitted table (default <kernel cache folder>/tuning/<arch>.json)")
     p.add_argument("--records", default=None, metavar="FILE",
                    help="JSON lines of the timings (default: FILE.records.jsonl beside --out)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+    p.add_argument("--time-limit", type=_at_least(0.0, float), default=None, metavar="S",
                    help="stop timing after S seconds and fit what was timed")
     p.add_argument("--fit", nargs="+", default=None, metavar="RECORDS",
                    help="fit from these record files only (JSON lines, or .gz of them; no GPU "
@@ -120,8 +137,8 @@ def add_arguments(p) -> None:
                    help="with --fit: keep this table's splits and fit each of its leaves "
                         "again from the records that fall in it (a leaf no new record falls "
                         "in comes out as it was, if the records include the table's own)")
-    p.add_argument("--min-leaf", type=int, default=MIN_LEAF, help="fewest geometries per leaf")
-    p.add_argument("--penalty", type=float, default=PENALTY,
+    p.add_argument("--min-leaf", type=_at_least(1), default=MIN_LEAF, help="fewest geometries per leaf")
+    p.add_argument("--penalty", type=_at_least(0.0, float), default=PENALTY,
                    help=f"extra cost per log2 of slowdown beyond 2**0.25 (default {PENALTY:g})")
     p.add_argument("--only", default=None, metavar="KIND[,OTHER...]",
                    help="time only the geometries kernel kind KIND applies to (Gather); with "
@@ -129,7 +146,7 @@ def add_arguments(p) -> None:
     p.add_argument("--where", action="append", default=None, metavar="COND",
                    help='time only geometries whose features meet COND, "FEATURE OP VALUE" '
                         "(OP one of <= >= < > ==; repeatable; Gather only)")
-    p.add_argument("--leaf", action="append", type=int, default=None, metavar="N",
+    p.add_argument("--leaf", action="append", type=_at_least(0), default=None, metavar="N",
                    help="time only geometries that fall in leaf N of the table (--table, or "
                         "the one cugather uses on this GPU), --geometries of them in each "
                         "leaf named; repeatable; Gather only")
@@ -614,7 +631,12 @@ def run(args) -> int:
             table = _table_arg(args.table, arch, op)
             if table is None:
                 return 2
-            _print_thin(table, thin_leaves(table, _usable(records, op)), records, args.table)
+            usable = _usable(records, op)
+            if not usable:
+                print(f"--thin: no timed {op} geometries in {' '.join(args.fit)}",
+                      file=sys.stderr)
+                return 2
+            _print_thin(table, thin_leaves(table, usable), records, args.table)
             return 0
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),
@@ -781,8 +803,13 @@ def _write(records, meta, out: str, min_leaf: int, op: str = "gather",
         print(f"nothing fitted: {e}", file=sys.stderr)
         return 2
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(table.to_dict(), indent=1) + "\n")
+    except OSError as e:
+        print(f"--out {out}: the table cannot be written ({e}); the records stay where they "
+              f"are, fit them again with --fit", file=sys.stderr)
+        return 2
     print(json.dumps(report, indent=1))
     print(f"{len(table.leaves())} leaves; wrote {path}")
     return 0

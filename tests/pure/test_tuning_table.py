@@ -1272,3 +1272,36 @@ def test_tune_fit_of_unreadable_or_useless_records_says_so(tmp_path, capsys):
         assert main(["tune", "--fit", str(useless), "--out", str(out)]) == 2
     assert "nothing fitted: no timed geometries to fit" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--geometries", "-5"], "argument --geometries: must be an integer of at least 1, got '-5'"),
+    (["--geometries", "many"], "argument --geometries: must be an integer of at least 1"),
+    (["--start", "-1"], "argument --start: must be an integer of at least 0"),
+    (["--leaf", "-1"], "argument --leaf: must be an integer of at least 0"),
+    (["--min-leaf", "0", "--fit", "r.jsonl"], "argument --min-leaf: must be an integer of at least 1"),
+    (["--penalty", "-3", "--fit", "r.jsonl"], "argument --penalty: must be a number of at least 0"),
+    (["--penalty", "nan", "--fit", "r.jsonl"], "argument --penalty: must be a number of at least 0"),
+    (["--time-limit", "-1"], "argument --time-limit: must be a number of at least 0"),
+])
+def test_tune_refuses_a_bad_number_before_it_touches_the_gpu(args, message, capsys):
+    from cugather.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["tune"] + args)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_tune_fit_says_so_when_the_table_cannot_be_written(tmp_path, capsys):
+    from cugather.cli.main import main
+
+    rec = tmp_path / "r.jsonl"
+    rec.write_text("".join(json.dumps(r) + "\n" for r in _sweep_records(30)))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = blocker / "t.json"  # under a file: no folder can be made there
+    assert main(["tune", "--fit", str(rec), "--out", str(out)]) == 2
+    assert f"--out {out}: the table cannot be written" in capsys.readouterr().err
+    assert main(["tune", "--fit", str(rec), "--out", str(tmp_path / "t.json")]) == 0
+    assert main(["tune", "--thin", "--fit", os.devnull]) == 2
+    assert "--thin: no timed gather geometries" in capsys.readouterr().err
