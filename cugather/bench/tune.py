@@ -137,7 +137,8 @@ def add_arguments(p) -> None:
                    help="with --fit: keep this table's splits and fit each of its leaves "
                         "again from the records that fall in it (a leaf no new record falls "
                         "in comes out as it was, if the records include the table's own)")
-    p.add_argument("--min-leaf", type=_at_least(1), default=MIN_LEAF, help="fewest geometries per leaf")
+    p.add_argument("--min-leaf", type=_at_least(1), default=MIN_LEAF,
+                   help="fewest geometries per leaf")
     p.add_argument("--penalty", type=_at_least(0.0, float), default=PENALTY,
                    help=f"extra cost per log2 of slowdown beyond 2**0.25 (default {PENALTY:g})")
     p.add_argument("--only", default=None, metavar="KIND[,OTHER...]",
@@ -581,7 +582,7 @@ def _usable(records: List[Dict[str, Any]], op: str) -> List[Dict[str, Any]]:
             else:
                 f = r.get("features")
                 missing = [n for n in spec.features
-                           if not isinstance(f, dict) or not _positive_or_finite(f.get(n))]
+                           if not isinstance(f, dict) or not _finite_number(f.get(n))]
                 if missing:
                     why = f"its features lack {', '.join(missing[:3])}"
         if why is not None:
@@ -595,13 +596,13 @@ def _usable(records: List[Dict[str, Any]], op: str) -> List[Dict[str, Any]]:
     return out
 
 
-def _positive_or_finite(v: Any) -> bool:
+def _finite_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _times_problem(r: Dict[str, Any]) -> Optional[str]:
     times = r["times"]
-    if not all(isinstance(k, str) and _positive_or_finite(v) and v > 0 for k, v in times.items()):
+    if not all(isinstance(k, str) and _finite_number(v) and v > 0 for k, v in times.items()):
         return "its times are not all positive numbers"
     if r.get("rule") not in times:
         return f"the rules' candidate {r.get('rule')!r:.40} has no time"

@@ -1279,9 +1279,11 @@ def test_tune_fit_of_unreadable_or_useless_records_says_so(tmp_path, capsys):
     (["--geometries", "many"], "argument --geometries: must be an integer of at least 1"),
     (["--start", "-1"], "argument --start: must be an integer of at least 0"),
     (["--leaf", "-1"], "argument --leaf: must be an integer of at least 0"),
-    (["--min-leaf", "0", "--fit", "r.jsonl"], "argument --min-leaf: must be an integer of at least 1"),
+    (["--min-leaf", "0", "--fit", "r.jsonl"],
+     "argument --min-leaf: must be an integer of at least 1"),
     (["--penalty", "-3", "--fit", "r.jsonl"], "argument --penalty: must be a number of at least 0"),
-    (["--penalty", "nan", "--fit", "r.jsonl"], "argument --penalty: must be a number of at least 0"),
+    (["--penalty", "nan", "--fit", "r.jsonl"],
+     "argument --penalty: must be a number of at least 0"),
     (["--time-limit", "-1"], "argument --time-limit: must be a number of at least 0"),
 ])
 def test_tune_refuses_a_bad_number_before_it_touches_the_gpu(args, message, capsys):
