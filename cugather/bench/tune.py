@@ -71,13 +71,14 @@ import json
 import math
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy
 
 from ..plan.table import MIN_SUPPORT
+from .tune_fit import MIN_LEAF, PENALTY, fit_records, print_thin, thin_leaves
+from .tune_records import read_records, usable_records
 
 __all__ = ["add_arguments", "run", "tune_shape", "timed_candidates", "fit_records", "parse_where",
            "draw_where", "thin_leaves",
@@ -85,18 +86,6 @@ __all__ = ["add_arguments", "run", "tune_shape", "timed_candidates", "fit_record
 
 TARGET_MS = 6.0
 MIN_SAMPLES, MAX_SAMPLES, WARMUP = 3, 15, 2
-HOLDOUT_EVERY = 5
-#: ``--min-leaf``'s default: the fewest geometries per leaf of a fit.
-MIN_LEAF = 12
-#: The fit's extra cost per log2 of slowdown beyond 2**0.25 (see plan.table.fit):
-#: across two seeds 3 halved the worst held-out slowdown at no cost in the mean.
-#: 8 costs as little (H200 records: fitted on one seed, scored on the other,
-#: 1.0195x and 1.0245x the fastest plan, against 1.0205x and 1.0209x at 3) and
-#: keeps two fixed-suite cases off leaves whose average misleads them: one-unit
-#: rows of a 256 MiB table with 8192 outer rows stay on the staging kernel (1.7x
-#: faster there than flatv, where 3 put them), 64-byte rows with 4M picks on
-#: rows/4 (1.09x faster than rows/2, where 4 put them).
-PENALTY = 8.0
 
 
 def _at_least(low, kind=int):
@@ -341,274 +330,6 @@ def _unit(operand, s) -> int:
     return unit_for(s.row_bytes, operand.align, 256, s_outer, s.row_bytes if s.axis_len > 1 else 0)
 
 
-def _refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
-    """``rec`` with its features computed again from its shape (records written
-    before a feature was added stay usable; the unit is the one recorded)."""
-    from ..plan.table import features
-
-    s = rec.get("shape")
-    if s is None:
-        return rec
-    f = features(s["row_bytes"], int(rec["features"]["unit"]), s["outer"], s["n_indices"],
-                 s["axis_len"], 4 if s["index_dtype"] == "int32" else 8)
-    return dict(rec, features=f)
-
-
-def _refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
-    """An elements record with its features and the rules' choice computed again
-    from its shape (the tuner's C-contiguous, 256-byte aligned operands; an
-    H200's SM count and shared memory per block): records stay usable when a
-    feature or a rule changes."""
-    from ..plan.core import DeviceLimits, Operand
-    from ..plan.elements import elements_features_of, plan_elements
-    from .tune_elements import _label
-
-    s = rec.get("shape")
-    if s is None:
-        return rec
-    op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
-    args = (op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]))
-    rule = _label(plan_elements(*args, "wrap", limits=DeviceLimits()))
-    return dict(rec, features=elements_features_of(*args),
-                rule=rule if rule in rec["times"] else rec["rule"])
-
-
-def fit_records(records: List[Dict[str, Any]], meta: Dict[str, Any], min_leaf: int = MIN_LEAF,
-                penalty: float = PENALTY, op: str = "gather", base=None):
-    """(table fitted on every record, held-out report) of ``op``'s records; with
-    ``base`` (a table), under its splits (:func:`cugather.plan.table.fit`)."""
-    from ..plan.table import fit, spec_of
-
-    spec = spec_of(op)
-    usable = _usable(records, op)
-    train = [r for i, r in enumerate(usable) if i % HOLDOUT_EVERY]
-    held = [r for i, r in enumerate(usable) if not i % HOLDOUT_EVERY]
-    report: Dict[str, Any] = {"geometries": len(usable), "held_out": len(held)}
-    if base is not None:  # the base's splits may have seen the held-out fifth
-        report["under_base"] = True
-    if train and held:
-        trial = fit(train, meta, min_leaf=min_leaf, penalty=penalty, spec=spec, base=base)
-        report.update(_slowdowns(trial, held))
-    table = fit(usable, meta, min_leaf=min_leaf, penalty=penalty, spec=spec, base=base)
-    report["fitted_on_all"] = _slowdowns(table, usable)
-    table.meta["held_out"] = report
-    return table, report
-
-
-def _runs(table, r: Dict[str, Any]) -> str:
-    """The candidate the planner runs on record ``r`` under ``table``: the leaf's
-    first that was timed there and applies, else the rules'."""
-    choice = table.choose(r["features"])
-    return next((c[0] for c in (choice.ranked if choice else ())
-                 if c[0] in r["times"] and not table.spec.declines(c[0], r["features"])),
-                r["rule"])
-
-
-def _slowdowns(table, records) -> Dict[str, Any]:
-    """Geometric-mean and worst slowdown against the fastest candidate, of the
-    table's choices and of the rules', over ``records``."""
-    mine, rule = [], []
-    for r in records:
-        times = r["times"]
-        best = min(times.values())
-        mine.append(times[_runs(table, r)] / best)
-        rule.append(times[r["rule"]] / best)
-    gm = lambda xs: float(math.exp(sum(math.log(x) for x in xs) / len(xs)))  # noqa: E731
-    return {"table_geomean_slowdown": round(gm(mine), 4), "rules_geomean_slowdown": round(gm(rule), 4),
-            "table_worst": round(max(mine), 3), "rules_worst": round(max(rule), 3),
-            "table_within_5pct": round(sum(x <= 1.05 for x in mine) / len(mine), 4),
-            "rules_within_5pct": round(sum(x <= 1.05 for x in rule) / len(rule), 4)}
-
-
-def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
-                ) -> List[Dict[str, Any]]:
-    """Where ``table`` rests on too few timings: per leaf, each candidate that
-    applies to fewer than :data:`~cugather.plan.table.MIN_SUPPORT` of the
-    ``records`` falling in it (so the fit could not rank it) and runs them
-    ``min_speedup`` or more faster (geometric mean) than what the planner runs
-    there now.  Most promising first (the summed log2 gain).
-
-    Each entry: ``leaf``, ``n`` (records in the leaf), ``choice`` (the leaf's),
-    ``candidate``, ``support`` (records it applies to), ``speedup`` (over what
-    runs there now, on those), ``leaf_slowdown`` (geometric mean against the
-    fastest candidate over the leaf's records, as the planner runs them) and
-    ``conditions`` (the splits to the leaf, as ``--where`` takes them).
-    """
-    from collections import defaultdict
-
-    spec = table.spec
-    in_leaf: Dict[int, List[Dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        if r.get("times") and r.get("features") and r.get("op", "gather") == table.op:
-            in_leaf[int(table.leaf_of(r["features"])["leaf"])].append(r)
-    out = []
-    for leaf, rs in sorted(in_leaf.items()):
-        spent = 0.0
-        gain: Dict[str, List[float]] = defaultdict(list)
-        for r in rs:
-            times = r["times"]
-            now = times[_runs(table, r)]
-            spent += math.log2(now / min(times.values()))
-            for label, t in times.items():
-                if label not in spec.reference_only and not spec.declines(label, r["features"]):
-                    gain[label].append(math.log2(now / t))
-        node = table.leaf_of(rs[0]["features"])
-        for label, gs in gain.items():
-            speedup = 2 ** (sum(gs) / len(gs))
-            if len(gs) < MIN_SUPPORT and speedup >= min_speedup:
-                out.append({"leaf": leaf, "n": len(rs), "choice": node["choice"],
-                            "candidate": label, "support": len(gs),
-                            "speedup": round(speedup, 3), "gain": sum(gs),
-                            "leaf_slowdown": round(2 ** (spent / len(rs)), 3),
-                            "conditions": table.conditions(leaf)})
-    out.sort(key=lambda e: -e["gain"])
-    for e in out:
-        e["gain"] = round(e["gain"], 3)
-    return out
-
-
-def _print_thin(table, thin: List[Dict[str, Any]], records: List[Dict[str, Any]],
-                table_arg: Optional[str]) -> None:
-    if not thin:
-        print(f"no leaf of {table.source or 'the table'} has a candidate that beats its choice "
-              f"on fewer than {MIN_SUPPORT} of its geometries")
-        return
-    print(f"{len(thin)} candidates beat their leaf's choice on fewer than {MIN_SUPPORT} of its "
-          f"geometries ({table.source or 'the table'}):")
-    print(f"{'leaf':>5} {'n':>4} {'choice':>9} {'candidate':>9} {'on':>3} {'speedup':>8} "
-          f"{'leaf now':>9}")
-    for e in thin:
-        print(f"{e['leaf']:>5} {e['n']:>4} {e['choice']:>9} {e['candidate']:>9} "
-              f"{e['support']:>3} {e['speedup']:>7.3f}x {e['leaf_slowdown']:>8.3f}x")
-    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
-    leaves = " ".join(f"--leaf {n}" for n in dict.fromkeys(e["leaf"] for e in thin))
-    if table.op == "gather":
-        print("time every candidate on more geometries of these leaves (S: a seed the records "
-              f"do not hold; they hold {', '.join(map(str, seeds)) or 'none'}), then fit again "
-              "with the new records:")
-        print(f"  python -m cugather tune {leaves}"
-              + (f" --table {table_arg}" if table_arg else "")
-              + " --geometries 12 --seed S --records FILE --out FILE")
-
-
-def _read_records(paths) -> List[Dict[str, Any]]:
-    """The records of ``paths`` in order; a record of the same seed and geometry
-    index as an earlier one (a run with ``--only``) takes that one's place, or,
-    marked ``"partial"`` (``--only KIND --partial``), adds its times and errors
-    to it.  A partial record with no earlier one is dropped: the fastest
-    candidate of a geometry is known only where every candidate was timed.
-
-    A line that is not a record (a run cut short leaves its last line
-    incomplete) and the rest of a gzip file that ends early are skipped with a
-    warning; OSError or ValueError names a file that cannot be read at all."""
-    import gzip
-
-    out: List[Dict[str, Any]] = []
-    where: Dict[Any, int] = {}
-    for p in paths:
-        skipped: List[int] = []
-        try:
-            with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as f:
-                for lineno, line in enumerate(f, 1):
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        rec = None
-                    if not _well_formed(rec):
-                        skipped.append(lineno)
-                        continue
-                    _add_record(out, where, rec)
-        except EOFError:
-            warnings.warn(f"cugather tune: {p} ends early (a gzip file cut short); its "
-                          f"records up to there are used", stacklevel=2)
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{p} is not a file of JSON lines ({e})") from None
-        if skipped:
-            warnings.warn(f"cugather tune: skipped {len(skipped)} line(s) of {p} that are not "
-                          f"records (line {', '.join(map(str, skipped[:5]))}"
-                          f"{', ...' if len(skipped) > 5 else ''}); a run cut short leaves "
-                          f"its last line incomplete", stacklevel=2)
-    return out
-
-
-def _well_formed(rec: Any) -> bool:
-    """Whether ``rec`` (a parsed line) is a record :func:`_read_records` can merge."""
-    return (isinstance(rec, dict)
-            and all(isinstance(rec.get(k), (int, type(None))) for k in ("seed", "index"))
-            and all(isinstance(rec.get(k, {}), dict) for k in ("times", "errors"))
-            and (not rec.get("partial") or "times" in rec))
-
-
-def _add_record(out: List[Dict[str, Any]], where: Dict[Any, int], rec: Dict[str, Any]) -> None:
-    key = (rec.get("seed"), rec.get("index"))
-    if rec.pop("partial", False):
-        if None not in key and key in where:
-            base = out[where[key]]
-            errors = {k: v for k, v in base.get("errors", {}).items() if k not in rec["times"]}
-            errors.update(rec.get("errors", {}))
-            out[where[key]] = dict(base, times={**base.get("times", {}), **rec["times"]},
-                                   errors=errors)
-        return
-    if None not in key and key in where:
-        out[where[key]] = rec
-        return
-    if None not in key:
-        where[key] = len(out)
-    out.append(rec)
-
-
-def _usable(records: List[Dict[str, Any]], op: str) -> List[Dict[str, Any]]:
-    """``op``'s records that carry times, with their features computed again from
-    their shapes; a record whose times, rule, shape or features cannot be used
-    is dropped with a warning."""
-    from ..plan.table import spec_of
-
-    spec = spec_of(op)
-    refeature = _refeature if op == "gather" else _refeature_elements
-    out: List[Dict[str, Any]] = []
-    bad: List[Any] = []
-    for r in records:
-        if r.get("op", "gather") != op or not r.get("times"):
-            continue
-        why = _times_problem(r)
-        if why is None:
-            try:
-                r = refeature(r)
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-                why = f"its shape or features cannot be read ({type(e).__name__}: {e})"
-            else:
-                f = r.get("features")
-                missing = [n for n in spec.features
-                           if not isinstance(f, dict) or not _finite_number(f.get(n))]
-                if missing:
-                    why = f"its features lack {', '.join(missing[:3])}"
-        if why is not None:
-            bad.append((r.get("seed"), r.get("index"), why))
-            continue
-        out.append(r)
-    if bad:
-        seed, index, why = bad[0]
-        warnings.warn(f"cugather tune: dropped {len(bad)} record(s) that cannot be used; the "
-                      f"first (seed {seed}, index {index}): {why}", stacklevel=2)
-    return out
-
-
-def _finite_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _times_problem(r: Dict[str, Any]) -> Optional[str]:
-    times = r["times"]
-    if not all(isinstance(k, str) and _finite_number(v) and v > 0 for k, v in times.items()):
-        return "its times are not all positive numbers"
-    if r.get("rule") not in times:
-        return f"the rules' candidate {r.get('rule')!r:.40} has no time"
-    return None
-
-
 def run(args) -> int:
     from ..plan.table import user_table_path
 
@@ -617,7 +338,7 @@ def run(args) -> int:
         return 2
     if args.fit:
         try:
-            records = _read_records(args.fit)
+            records = read_records(args.fit)
         except (OSError, ValueError) as e:
             print(f"--fit: {e}", file=sys.stderr)
             return 2
@@ -632,12 +353,12 @@ def run(args) -> int:
             table = _table_arg(args.table, arch, op)
             if table is None:
                 return 2
-            usable = _usable(records, op)
+            usable = usable_records(records, op)
             if not usable:
                 print(f"--thin: no timed {op} geometries in {' '.join(args.fit)}",
                       file=sys.stderr)
                 return 2
-            _print_thin(table, thin_leaves(table, usable), records, args.table)
+            print_thin(table, thin_leaves(table, usable), records, args.table)
             return 0
         meta = {"arch": arch, "device": next((r.get("device") for r in records
                                               if r.get("device")), ""),

@@ -666,7 +666,7 @@ def test_tune_fit_under_a_base_table(tmp_path, capsys):
 def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):
     """``--fit OLD NEW`` of a run with ``--only``: NEW's records of a seed and index
     take the place of OLD's, records of other geometries stay, in OLD's order."""
-    from cugather.bench.tune import _read_records
+    from cugather.bench.tune_records import read_records
 
     def line(seed, index, t):
         return json.dumps({"seed": seed, "index": index, "times": {"rows/1": t}}) + "\n"
@@ -674,7 +674,7 @@ def test_a_later_record_of_the_same_geometry_replaces_the_earlier_one(tmp_path):
     old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
     old.write_text(line(1, 0, 1.0) + line(1, 1, 2.0) + line(2, 1, 3.0) + "\n")
     new.write_text(line(1, 1, 9.0) + line(1, 7, 4.0))
-    got = [(r["seed"], r["index"], r["times"]["rows/1"]) for r in _read_records([old, new])]
+    got = [(r["seed"], r["index"], r["times"]["rows/1"]) for r in read_records([old, new])]
     assert got == [(1, 0, 1.0), (1, 1, 9.0), (2, 1, 3.0), (1, 7, 4.0)]
 
 
@@ -682,7 +682,7 @@ def test_a_partial_record_adds_its_times_to_the_earlier_one(tmp_path):
     """``--only KIND --partial`` records carry KIND's times alone: ``--fit`` adds them
     to the earlier record of the same geometry (a timing replaces that label's time
     and error), and drops a partial record with no earlier one."""
-    from cugather.bench.tune import _read_records
+    from cugather.bench.tune_records import read_records
 
     old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
     old.write_text(json.dumps({"seed": 1, "index": 0, "times": {"rows/1": 2.0, "lean": 5.0},
@@ -692,7 +692,7 @@ def test_a_partial_record_adds_its_times_to_the_earlier_one(tmp_path):
                                "times": {"flatv": 1.5, "lean": 4.0}, "errors": {}}) + "\n"
                    + json.dumps({"seed": 1, "index": 9, "partial": True,
                                  "times": {"flatv": 1.0}}) + "\n")
-    got = _read_records([old, new])
+    got = read_records([old, new])
     assert [(r["seed"], r["index"]) for r in got] == [(1, 0), (1, 1)]
     assert got[0]["times"] == {"rows/1": 2.0, "lean": 4.0, "flatv": 1.5}
     assert got[0]["errors"] == {} and got[0]["rule"] == "rows/1" and "partial" not in got[0]
@@ -1124,7 +1124,7 @@ def _thin_case():
 
 
 def test_thin_leaves_names_a_candidate_faster_on_too_few_geometries_to_rank():
-    from cugather.bench.tune import thin_leaves
+    from cugather.bench.tune_fit import thin_leaves
 
     table, records = _thin_case()
     (e,) = thin_leaves(table, records)
@@ -1216,29 +1216,29 @@ def test_a_damaged_record_file_is_read_up_to_the_damage(tmp_path):
     skipped with a warning that names the file and the lines."""
     import gzip
 
-    from cugather.bench.tune import _read_records
+    from cugather.bench.tune_records import read_records
 
     records = _sweep_records(40)
     lines = [json.dumps(r) for r in records]
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(lines[:30]) + "\n" + lines[30][:77])
     with pytest.warns(UserWarning, match=r"skipped 1 line\(s\) of .*cut.jsonl .*\(line 31\)"):
-        assert _read_records([cut]) == records[:30]
+        assert read_records([cut]) == records[:30]
     odd = tmp_path / "odd.jsonl"  # lines that parse but are no records
     odd.write_text("\n".join([lines[0], "[1, 2]", json.dumps(dict(records[1], times=[1.0])),
                               json.dumps(dict(records[2], index=[2])), lines[3]]) + "\n")
     with pytest.warns(UserWarning, match=r"skipped 3 line\(s\) of .*odd.jsonl .*\(line 2, 3, 4\)"):
-        assert _read_records([odd]) == [records[0], records[3]]
+        assert read_records([odd]) == [records[0], records[3]]
     whole = gzip.compress(("\n".join(lines) + "\n").encode())
     short = tmp_path / "short.jsonl.gz"
     short.write_bytes(whole[:len(whole) // 2])
     with pytest.warns(UserWarning, match="short.jsonl.gz ends early"):
-        got = _read_records([short])
+        got = read_records([short])
     assert 0 < len(got) < 40 and got == records[:len(got)]
 
 
 def test_a_record_that_cannot_be_used_is_dropped_with_a_warning():
-    from cugather.bench.tune import _usable
+    from cugather.bench.tune_records import usable_records
 
     records = _sweep_records(12)
     bad = [dict(records[0], times={"rows/1": -1.0, "rows/4": 1.0}),
@@ -1248,12 +1248,12 @@ def test_a_record_that_cannot_be_used_is_dropped_with_a_warning():
            dict(records[4], shape=None, features={"unit": 4})]
     with pytest.warns(UserWarning, match=r"dropped 5 record\(s\) .*the first \(seed 21, index 0\): "
                                          r"its times are not all positive"):
-        got = _usable(bad + records[5:], "gather")
+        got = usable_records(bad + records[5:], "gather")
     assert [r["index"] for r in got] == list(range(5, 12))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(_usable(records, "gather")) == 12
-        assert _usable(records, "elements") == []  # another op's records are not dropped: skipped
+        assert len(usable_records(records, "gather")) == 12
+        assert usable_records(records, "elements") == []  # another op's records are not dropped: skipped
 
 
 def test_tune_fit_of_unreadable_or_useless_records_says_so(tmp_path, capsys):
