@@ -92,6 +92,7 @@ def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
     from collections import defaultdict
 
     spec = table.spec
+    known = {c[0] for c in spec.candidates} - set(spec.reference_only)
     in_leaf: Dict[int, List[Dict[str, Any]]] = defaultdict(list)
     for r in records:
         if r.get("times") and r.get("features") and r.get("op", "gather") == table.op:
@@ -105,7 +106,7 @@ def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
             now = times[_runs(table, r)]
             spent += math.log2(now / min(times.values()))
             for label, t in times.items():
-                if label not in spec.reference_only and not spec.declines(label, r["features"]):
+                if label in known and not spec.declines(label, r["features"]):
                     gain[label].append(math.log2(now / t))
         node = table.leaf_of(rs[0]["features"])
         for label, gs in gain.items():
@@ -124,6 +125,8 @@ def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
 
 def print_thin(table, thin: List[Dict[str, Any]], records: List[Dict[str, Any]],
                 table_arg: Optional[str]) -> None:
+    """Print :func:`thin_leaves`' entries as a table, and the ``tune --leaf``
+    command that times more geometries there (``--table table_arg`` if given)."""
     if not thin:
         print(f"no leaf of {table.source or 'the table'} has a candidate that beats its choice "
               f"on fewer than {MIN_SUPPORT} of its geometries")
