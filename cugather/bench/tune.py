@@ -371,16 +371,8 @@ def run(args) -> int:
                 "seeds": sorted({r["seed"] for r in records if "seed" in r})}
         base = None
         if args.base:
-            from ..plan.table import TableError, load_table
-
-            try:
-                base = load_table(args.base)
-            except (OSError, TableError) as e:
-                print(f"--base {args.base}: {e}", file=sys.stderr)
-                return 2
-            if (base.op, base.arch) != (op, arch):
-                print(f"--base {args.base}: a table of {base.op} on {base.arch}, the records "
-                      f"are of {op} on {arch}", file=sys.stderr)
+            base = _named_table("--base", args.base, arch, op, "the records are")
+            if base is None:
                 return 2
         return _write(records, meta, args.out or str(user_table_path(arch, op)), args.min_leaf,
                       op, args.penalty, base)
@@ -482,20 +474,28 @@ def run(args) -> int:
 def _table_arg(path: Optional[str], arch: str, op: str):
     """The table ``--table`` names, or the one cugather uses for ``arch`` and ``op``;
     None (the reason printed) where there is none."""
-    from ..plan.table import TableError, load_table, table_for
+    from ..plan.table import table_for
 
     if path is None:
         table = table_for(arch, op)
         if table is None:
             print(f"no {op} tuning table serves {arch}; name one with --table", file=sys.stderr)
         return table
+    return _named_table("--table", path, arch, op, "not")
+
+
+def _named_table(flag: str, path: str, arch: str, op: str, other: str):
+    """The table at ``path`` (given as ``flag``) if it is ``op``'s on ``arch``; else
+    None, the reason printed (``other``: how the message names what was wanted)."""
+    from ..plan.table import TableError, load_table
+
     try:
         table = load_table(path)
     except (OSError, TableError) as e:
-        print(f"--table {path}: {e}", file=sys.stderr)
+        print(f"{flag} {path}: {e}", file=sys.stderr)
         return None
     if (table.op, table.arch) != (op, arch):
-        print(f"--table {path}: a table of {table.op} on {table.arch}, not of {op} on {arch}",
+        print(f"{flag} {path}: a table of {table.op} on {table.arch}, {other} of {op} on {arch}",
               file=sys.stderr)
         return None
     return table

@@ -94,11 +94,15 @@ def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
     spec = table.spec
     known = {c[0] for c in spec.candidates} - set(spec.reference_only)
     in_leaf: Dict[int, List[Dict[str, Any]]] = defaultdict(list)
+    nodes: Dict[int, Dict[str, Any]] = {}
     for r in records:
         if r.get("times") and r.get("features") and r.get("op", "gather") == table.op:
-            in_leaf[int(table.leaf_of(r["features"])["leaf"])].append(r)
+            node = table.leaf_of(r["features"])
+            nodes[int(node["leaf"])] = node
+            in_leaf[int(node["leaf"])].append(r)
     out = []
     for leaf, rs in sorted(in_leaf.items()):
+        node = nodes[leaf]
         spent = 0.0
         gain: Dict[str, List[float]] = defaultdict(list)
         for r in rs:
@@ -108,7 +112,6 @@ def thin_leaves(table, records: List[Dict[str, Any]], min_speedup: float = 1.05
             for label, t in times.items():
                 if label in known and not spec.declines(label, r["features"]):
                     gain[label].append(math.log2(now / t))
-        node = table.leaf_of(rs[0]["features"])
         for label, gs in gain.items():
             speedup = 2 ** (sum(gs) / len(gs))
             if len(gs) < MIN_SUPPORT and speedup >= min_speedup:
