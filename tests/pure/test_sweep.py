@@ -276,10 +276,10 @@ def test_the_worst_shapes_say_whether_the_table_or_the_rules_chose_the_kernel(mo
         return chooser(p.chosen_by)
 
     tab = table.table_for("sm_90")
-    feats = table.features(6, 2, 16, 1215976, 268, 8)
+    feats = table.features(560, 16, 1, 642685, 283, 4)
     assert tab.leaf_of(feats)["choice"] == "rule"
     leaf = tab.leaf_of(feats)["leaf"]
-    assert by((16, 268, 3), 2, 1215976, 1) == f"rules: its leaf {leaf} keeps them"
+    assert by((283, 1, 5, 7), 16, 642685, 0, idt="int32") == f"rules: its leaf {leaf} keeps them"
     feats = table.features(512, 16, 1, 4096, 1000000, 8)
     choice = tab.choose(feats)
     assert by((1000000, 128), 4, 4096, 0) == f"sm_90 table leaf {choice.leaf}"
@@ -289,8 +289,8 @@ def test_the_worst_shapes_say_whether_the_table_or_the_rules_chose_the_kernel(mo
     import cugather
     from cugather.bench.sweep_run import _plan
 
-    rec = _plan(cugather.GatherOp(axis=1, mode="wrap"), ((16, 268, 3), "int16"),
-                ((1215976,), "int64"))  # the sweep's record of a plan, without a GPU
+    rec = _plan(cugather.GatherOp(axis=0, mode="wrap"), ((283, 1, 5, 7), "complex128"),
+                ((642685,), "int32"))  # the sweep's record of a plan, without a GPU
     assert chooser(rec["chosen_by"]) == f"rules: its leaf {leaf} keeps them"
     recs = [_full_rec(i, r) for i, r in enumerate([1.5, 0.4])]
     recs[1]["plan"]["chosen_by"] = "sm_90 tuning table, leaf 7 (flat): log2_rows <= 3"
