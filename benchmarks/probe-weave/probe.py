@@ -16,7 +16,9 @@ for bit against cupy.take.  Medians of 30 calls between two events behind a
 holding kernel, microseconds.  PROBE_VARIANTS=a,b,... times a subset,
 PROBE_BUDGET_S stops after that many seconds, PROBE_SET=edges times tiny
 tables instead (writes $OUT/probe-weave-edges.json), PROBE_SET=minima the
-short-row losses of two held-out sweeps ($OUT/probe-weave-minima.json).
+short-row losses of two held-out sweeps ($OUT/probe-weave-minima.json),
+PROBE_SET=held those of two later ones ($OUT/probe-weave-held.json);
+PROBE_KINDS=a,b,... the kinds forced beside weave (default flat,pack,slabf).
 """
 import json, os, time
 import numpy as np
@@ -93,10 +95,22 @@ MINIMA_CASES = [
     ((47, 3), "float16", 0, (7663867,), "int64", "6733#403 slabf 1.50x (282 B)"),
     ((1, 9, 14835181, 3), "int16", 2, (6160275,), "int32", "5813#1 flat 1.03x (801 MB)"),
 ]
+# PROBE_SET=held: the short-row minima of held-out sweeps 3863 and 6271 (H100,
+# the table refitted with the thin leaves), and #442 with a ninth of its picks
+# (its 57 MB of indices then fit L2: what reading them once per outer row costs).
+HELD_CASES = [
+    ((4, 4, 337, 3), "int8", 2, (9, 1595651), "int32", "3863#442 weave 0.61x JAX (15.8 KB)"),
+    ((4, 4, 337, 3), "int8", 2, (1, 1595651), "int32", "3863#442, a ninth of its picks"),
+    ((54, 381, 362, 3), "uint8", 2, (898,), "int32", "6271#425 weave 0.74x JAX (21.3 MB)"),
+    ((48, 5, 1), "int32", 0, (7682496,), "int64", "3863#294 slabf 0.84x JAX (960 B)"),
+    ((4968, 445, 3, 1), "int16", 1, (2984,), "int64", "6271#353 slabf 0.88x JAX (12.7 MB)"),
+    ((192, 306872, 1, 5), "int8", 1, (14011, 4), "int64", "3863#393 weave 0.93x JAX (281 MB)"),
+]
 SETS = {"": (CASES, "probe-weave.json"), "edges": (EDGE_CASES, "probe-weave-edges.json"),
-        "minima": (MINIMA_CASES, "probe-weave-minima.json")}
+        "minima": (MINIMA_CASES, "probe-weave-minima.json"),
+        "held": (HELD_CASES, "probe-weave-held.json")}
 CASES, RESULT = SETS[os.environ.get("PROBE_SET", "")]
-KINDS = ("flat", "pack", "slabf")
+KINDS = tuple(os.environ.get("PROBE_KINDS", "flat,pack,slabf").split(","))
 
 
 def us(t):
