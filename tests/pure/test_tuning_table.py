@@ -382,6 +382,7 @@ def test_the_shipped_gather_table_fits_again_from_its_records(tmp_path, monkeypa
     assert again["ranges"] == ships["ranges"]
     assert again["tree"] == ships["tree"]
 
+
 # ---------------------------------------------------------------- the planner
 def _plan(shape, dtype, axis, n_idx, limits=SM90, index_dtype="int64"):
     itemsize = np.dtype(dtype).itemsize
