@@ -97,7 +97,8 @@ MINIMA_CASES = [
 ]
 # PROBE_SET=held: the short-row minima of held-out sweeps 3863 and 6271 (H100,
 # the table refitted with the thin leaves), and #442 with a ninth of its picks
-# (its 57 MB of indices then fit L2: what reading them once per outer row costs).
+# (6.4 MB of indices, which fit L2, against 57 MB: what re-reading them per outer
+# row costs).
 HELD_CASES = [
     ((4, 4, 337, 3), "int8", 2, (9, 1595651), "int32", "3863#442 weave 0.61x JAX (15.8 KB)"),
     ((4, 4, 337, 3), "int8", 2, (1, 1595651), "int32", "3863#442, a ninth of its picks"),
