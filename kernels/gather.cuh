@@ -1204,6 +1204,161 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
 }
 
 // ---------------------------------------------------------------------------
+// slabr: rows of two units or more and fewer than 16 bytes, from a table whose
+// axis rows fit several to a block in shared memory.  blockIdx.y takes a group
+// of `group` outer rows and stages it once, each row of the axis padded to a
+// pitch of 4, 8 or 16 bytes (the first power of two it fits), so that a pick is
+// one aligned shared load.  A warp then takes tiles of 32 x CG_SLABR_RU output
+// rows, tile t rows tT .. tT + T - 1 of the whole output (every tile starts
+// 16-byte aligned), those that meet the group's rows; lane l loads the indices
+// of tile rows k * 32 + l (each load coalesced), all before any row, picks the
+// rows from the stage, writes their units into the warp's tile in shared memory
+// at the place they take in the output and stores the tile as aligned 16-byte
+// chunks, byte by byte where a chunk has bytes outside the group's rows (its
+// first and last tile).  weave reads a row as one or two 16-byte blocks
+// through L1, a request per row; a warp's 32 picks here are one shared load.
+// FlatArgs: total = outer * n_indices * units, chunks = the output's tiles,
+// unit_div = units per row, group; stage_unit unused.
+// ---------------------------------------------------------------------------
+#if !defined(CG_SLABR_RU)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+// The pitch of a staged row of `rb` bytes (2 to 15).
+__host__ __device__ constexpr u32 slabr_pitch(u32 rb)
+{
+    return rb <= 4 ? 4u : rb <= 8 ? 8u : 16u;
+}
+
+// Stage outer rows o0 .. o0 + g - 1 (axis rows of `units` units, s_axis apart:
+// the row's bytes or 0 for an axis of one) into stage at a row pitch of
+// `pitch` bytes, CG_STAGE_ILP unit loads in flight per thread.
+template <class U, class M>
+__device__ __forceinline__ void slabr_stage(const FlatArgs& a, u64 o0, u32 g, u32 pitch,
+                                            unsigned char* stage)
+{
+    typedef typename M::Ix Ix;
+    const u32 units = (u32)a.unit_div.d;
+    const u32 per = (u32)a.axis_len * units;  // units of one outer row
+    // One run over the group when its outer rows are back to back, else row by row.
+    const bool packed = a.s_outer == (i64)per * (i64)sizeof(U);
+    const u32 runs = packed ? 1 : g, run = packed ? g * per : per;
+    const u32 bs = blockDim.x;
+    for (u32 r = 0; r < runs; ++r) {
+        const U* src = (const U*)(a.data + (i64)(o0 + r) * a.s_outer);
+        unsigned char* dst = stage + r * (u32)a.axis_len * pitch;
+        for (u32 q0 = threadIdx.x; q0 < run; q0 += CG_STAGE_ILP * bs) {
+            U v[CG_STAGE_ILP];
+#pragma unroll
+            for (int k = 0; k < CG_STAGE_ILP; ++k) {
+                const u32 q = q0 + (u32)k * bs;
+                v[k] = q < run ? __ldg(src + q) : U();
+            }
+#pragma unroll
+            for (int k = 0; k < CG_STAGE_ILP; ++k) {
+                const u32 q = q0 + (u32)k * bs;
+                if (q >= run) break;
+                Ix s, j;  // staged row, unit of it
+                divmod<M>(a.unit_div, (Ix)q, s, j);
+                ((U*)(dst + (u32)s * pitch))[j] = v[k];
+            }
+        }
+    }
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_slabr(const FlatArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int RU = CG_SLABR_RU;
+    constexpr u32 T = 32 * RU;          // rows per tile
+    constexpr int NU = 16 / sizeof(U);  // more units than a row has
+    CG_DYNAMIC_SMEM(uint4, smem);
+    const u32 lane = threadIdx.x & 31;
+    const u32 units = (u32)a.unit_div.d;
+    const u32 rb = units * (u32)sizeof(U);
+    const u32 pitch = slabr_pitch(rb);
+    const u32 axis_len = (u32)a.axis_len;  // the planner stages at least one outer row
+    const Ix n_idx = (Ix)a.n_div.d, group = (Ix)a.group;
+    const Ix outer = (Ix)(a.total / ((u64)n_idx * units));
+    const u32 tile_bytes = T * rb;  // a multiple of 16
+    unsigned char* stage = (unsigned char*)smem;
+    const u32 stage_bytes = ((u32)group * axis_len * pitch + 15u) & ~15u;
+    unsigned char* tile = stage + stage_bytes + (threadIdx.x >> 5) * tile_bytes;
+    const Idx* idx = (const Idx*)a.indices;
+    const uint4 fillv = fill_unit<uint4>(a.fill);
+    const Ix warps = (Ix)(blockDim.x >> 5);
+
+    for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
+        const Ix g = (outer - o0 < group) ? outer - o0 : group;
+        slabr_stage<U, M>(a, (u64)o0, (u32)g, pitch, stage);
+        __syncthreads();
+        const Ix r_lo = o0 * n_idx, r_hi = (o0 + g) * n_idx;  // the group's output rows
+        const u64 b_lo = (u64)r_lo * rb, b_hi = (u64)r_hi * rb;
+        const Ix t_hi = (r_hi + (Ix)T - 1) / (Ix)T;
+        for (Ix t = r_lo / (Ix)T + (Ix)blockIdx.x * warps + (Ix)(threadIdx.x >> 5); t < t_hi;
+             t += (Ix)gridDim.x * warps) {
+            // Rows outside the group read index 0 and are never stored.
+            i64 ii[RU];
+            u32 oo[RU];
+            Ix nn[RU];
+            bool in[RU];
+#pragma unroll
+            for (int k = 0; k < RU; ++k) {
+                const Ix r = t * (Ix)T + (Ix)(32 * k) + (Ix)lane;
+                Ix o = o0, n = 0;
+                in[k] = r >= r_lo && r < r_hi;
+                if (in[k]) divmod<M>(a.n_div, r, o, n);
+                oo[k] = (u32)(o - o0);
+                nn[k] = n;
+                ii[k] = load_index(idx + n);
+            }
+#pragma unroll
+            for (int k = 0; k < RU; ++k) {
+                i64 i = ii[k];
+                uint4 w = fillv;
+                if (in[k] && resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k])) {
+                    // staged offsets fit in u32: a group is at most tuning.SLAB_MAX_STAGE bytes
+                    const unsigned char* p = stage + (oo[k] * axis_len + (u32)i) * pitch;
+                    if (pitch == 4) {
+                        w.x = *(const u32*)p;
+                    } else if (pitch == 8) {
+                        const uint2 h = *(const uint2*)p;
+                        w.x = h.x;
+                        w.y = h.y;
+                    } else {
+                        w = *(const uint4*)p;
+                    }
+                }
+                U u[NU];
+                memcpy(u, &w, sizeof(u));
+                U* dst = (U*)(tile + (32 * k + lane) * rb);
+#pragma unroll
+                for (int j = 0; j < NU; ++j)
+                    if ((u32)j < units) dst[j] = u[j];
+            }
+            __syncwarp();
+            const u64 base = (u64)t * tile_bytes;  // the tile's first output byte
+            const uint4* chunk = (const uint4*)tile;
+#pragma unroll 1
+            for (u32 c = lane; c < tile_bytes / 16; c += 32) {
+                const u64 b = base + 16 * (u64)c;
+                if (b >= b_lo && b + 16 <= b_hi) {
+                    store_stream((uint4*)(a.out + b), chunk[c]);
+                } else if (b + 16 > b_lo && b < b_hi) {  // a chunk the group shares
+                    const unsigned char* v = (const unsigned char*)(chunk + c);
+                    for (u32 j = 0; j < 16; ++j)
+                        if (b + j >= b_lo && b + j < b_hi)
+                            store_stream((unsigned char*)(a.out + b + j), v[j]);
+                }
+            }
+            __syncwarp();
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------
 // flatv: rows of one unit where V = flat_units<U>() divides the index count.
 // Chunk c is output units [cV, cV + V): index positions [n, n + V) of one
 // outer slice o (a slice holds a whole number of chunks), so the chunk's V

@@ -22,7 +22,7 @@ from .keys import KernelKey, kind_spec
 __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
-                "weave", "flat", "slabf", "flatv", "span", "lean", "strided")
+                "weave", "slabr", "flat", "slabf", "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
 #: planner then takes the ``bcast`` kind, which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
@@ -157,6 +157,9 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     if kind == "weave":
         return _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
                            mode, math_name, max_grid or GRID_X_MAX, base)
+    if kind == "slabr":
+        return _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
+                           math_name, max_grid, base, limits)
     if kind in ("window", "pack"):
         return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
                             mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
@@ -270,6 +273,15 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
         return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
                 f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
                 f"to {out_align} B")
+    if kind == "slabr" and not (unit <= 4 and unit < row_bytes < 16 and out_align >= 16):
+        return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
+                f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
+                f"to {out_align} B")
+    if kind == "slabr" and (s_axis not in (0, row_bytes)
+                            or axis_len * _slabr_pitch(row_bytes) > _slab_stage(limits)):
+        return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
+                f"in shared memory, its rows padded to {_slabr_pitch(row_bytes)} B; here it is "
+                f"{axis_len} rows of {row_bytes} B, {s_axis} B apart")
     if kind == "slabf" and (s_axis not in (0, row_bytes)
                             or axis_len * row_bytes > _slab_stage(limits)):
         return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
@@ -471,6 +483,47 @@ def _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dt
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B ({row_bytes // unit} units of "
                                         f"{unit} B) in tiles of {tile} rows a warp, woven in "
                                         f"shared memory into 16-byte chunks", **base)
+
+
+def _slabr_pitch(row_bytes: int) -> int:
+    """Bytes a staged row of the slabr kernel takes (kernels/gather.cuh slabr_pitch)."""
+    return 4 if row_bytes <= 4 else 8 if row_bytes <= 8 else 16
+
+
+def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
+                max_grid, base, limits) -> GatherPlan:
+    # Groups of outer rows as slabf's (_plan_slabf), each axis row staged at a
+    # pitch of _slabr_pitch bytes; blockIdx.x steps over the tiles of 32 x
+    # SLABR_RU output rows that meet the group's rows, a warp at a time.  At most
+    # SLABR_BLOCKS blocks per SM in all, the kernel's residency: a grid-stride
+    # loop with a further partial wave of blocks would run that wave's tiles
+    # after the rest.  Row numbers reach one tile past the last row.
+    axis_len = base["bounds"][0]
+    units = row_bytes // unit
+    rows = n_outer * n_idx
+    tile = 32 * tuning.SLABR_RU
+    warps = tuning.MAX_THREADS // 32
+    tiles = cdiv(rows, tile)
+    mname = index_math(max((tiles + 1) * tile, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
+    row = axis_len * _slabr_pitch(row_bytes)  # staged bytes of one outer row
+    target = tuning.SLABR_BLOCKS * limits.sm_count
+    bx = cdiv(cdiv(n_idx, tile), warps)  # blocks that cover one outer row's tiles
+    fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: no row
+    group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
+    grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
+    group_blocks = cdiv(cdiv(group * n_idx, tile) + 1, warps)  # a group meets this many tiles
+    grid_x = min(max(1, min(group_blocks, target // grid_y)), max_grid or GRID_X_MAX)
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, total=rows * units,
+                  chunks=tiles, n_div=make_divisor(max(n_idx, 1), bits),
+                  unit_div=make_divisor(units, bits), group=group, stage_unit=0)
+    shared = cdiv(group * row, 16) * 16 + warps * tile * row_bytes
+    main = Launch(KernelKey("slabr", unit, index_dtype, mname, mode), fields,
+                  (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), shared)
+    return GatherPlan(main=main, reason=f"{group} outer row(s) of {axis_len} rows of {row_bytes} B "
+                                        f"staged per block at a {_slabr_pitch(row_bytes)}-byte "
+                                        f"pitch; tiles of {tile} rows a warp, woven in shared "
+                                        f"memory into 16-byte chunks", **base)
 
 
 def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,

@@ -145,6 +145,10 @@ _SPECS = {
     # loaded once, laid out in shared memory and stored as 16-byte chunks.
     "weave": KindSpec("gather.cuh", "gather_weave", "WindowArgs", units=(1, 2, 4),
                       min_blocks=_weave_blocks),
+    # weave's tiles over slab's staged groups: rows of two or more units under
+    # 16 bytes from a table whose axis rows fit in shared memory (FlatArgs).
+    "slabr": KindSpec("gather.cuh", "gather_slabr", "FlatArgs", units=(1, 2, 4),
+                      min_blocks=lambda key: tuning.SLABR_BLOCKS),
     # Rows of units narrower than 16 bytes, written as 16-byte chunks of units
     # (8-byte chunks of 1-byte units).
     "flat": KindSpec("gather.cuh", "gather_flat", "FlatArgs", units=(1, 2, 4, 8),

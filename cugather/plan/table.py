@@ -58,7 +58,7 @@ CANDIDATES: Tuple[Tuple[str, str, Optional[int]], ...] = (
     ("chunks", "chunks", None), ("chunks16", "chunks16", None), ("scalar", "scalar", None),
     ("inner", "inner", None),
     ("slab", "slab", None), ("slabw", "slabw", None), ("window", "window", None),
-    ("pack", "pack", None), ("weave", "weave", None),
+    ("pack", "pack", None), ("weave", "weave", None), ("slabr", "slabr", None),
     ("flat", "flat", None), ("slabf", "slabf", None), ("flatv", "flatv", None),
     ("span", "span", None),
     ("lean", "lean", None),
@@ -80,7 +80,7 @@ FEATURES = ("log2_row_bytes", "unit", "log2_units", "row_mod16", "log2_outer", "
 
 #: Candidates that stage a whole axis row in shared memory: they read every byte
 #: of it, so the planner takes them only where staging pays (:func:`declines`).
-STAGING = ("inner", "slab", "slabw", "slabf")
+STAGING = ("inner", "slab", "slabw", "slabf", "slabr")
 #: Fewest geometries of a leaf a candidate must apply to before the leaf may rank
 #: it: a kernel that applies to one geometry of a leaf and is fastest there says
 #: little about the others it applies to (H200 seed 6211: a leaf ranked slab on

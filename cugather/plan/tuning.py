@@ -106,6 +106,12 @@ PACK_ILP = 2
 WEAVE_RU = 4
 WEAVE_LANES = 0
 WEAVE_BLOCKS = 4
+# slabr (rows of two units or more under 16 bytes from a staged table, tiles of
+# 32 x SLABR_RU rows a warp woven in shared memory): rows per lane, and the
+# __launch_bounds__ minimum resident blocks, which the grid fills once (a
+# block's stage and tiles take up to 24 KB + 15 KB of shared memory).
+SLABR_RU = 4
+SLABR_BLOCKS = 4
 # weave's edges, a probe setting (BENCHMARKS.md, "weave's edges"): 1 has a warp
 # read the two blocks holding the table's first and last bytes once, when a
 # tile first needs them, where 0 has each lane read such a block word by word
@@ -213,6 +219,7 @@ KERNEL_DEFINES = {
     "CG_WEAVE_RU": WEAVE_RU,
     "CG_WEAVE_LANES": WEAVE_LANES,
     "CG_WEAVE_EDGES": WEAVE_EDGES,
+    "CG_SLABR_RU": SLABR_RU,
     "CG_SPAN_V": SPAN_V,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ELEMENTS_ROW_PICKS": ELEMENTS_ROW_PICKS,

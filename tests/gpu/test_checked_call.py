@@ -29,8 +29,8 @@ def _position(err: BaseException, shape) -> int:
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
-                                  "window", "pack", "weave", "flat", "slabf", "span", "lean",
-                                  "strided"])
+                                  "window", "pack", "weave", "slabr", "flat", "slabf", "span",
+                                  "lean", "strided"])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 def test_every_gather_kind_names_the_first_of_many_bad_indices(kind, index_dtype):
     rng = np.random.default_rng(len(kind) * 7 + len(index_dtype))
@@ -39,7 +39,7 @@ def test_every_gather_kind_names_the_first_of_many_bad_indices(kind, index_dtype
                    "inner": ((8, 3000), 1), "slab": ((8, 3000), 1), "slabw": ((8, 3000), 1),
                    "window": ((500, 19), 0),
                    "pack": ((500, 7), 0), "weave": ((500, 7), 0), "flat": ((500, 7), 0),
-                   "slabf": ((8, 300, 3), 1),
+                   "slabf": ((8, 300, 3), 1), "slabr": ((8, 300, 3), 1),
                    "span": ((500, 301), 0),
                    "lean": ((500, 3), 0), "strided": ((40, 30), 0)}[kind]
     dtype = np.uint8 if kind in ("window", "pack", "weave", "span") else np.float32

@@ -49,7 +49,7 @@ def test_take_matches_numpy(mode, axis):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
-                                  "flat", "slabf", "flatv", "weave", "lean", "strided"])
+                                  "flat", "slabf", "flatv", "weave", "slabr", "lean", "strided"])
 @pytest.mark.parametrize("math_name", ["fast32", "fast64"])
 @pytest.mark.parametrize("mode", MODES)
 def test_forced_variants(kind, math_name, mode):
@@ -65,11 +65,12 @@ def test_forced_variants(kind, math_name, mode):
     cols = (1 if kind in ("scalar", "flatv") or staged else 1001 if kind == "chunks16"
             else 3 if kind == "weave" else 6)
     # slabw: 301 picks start the 9 outer rows at every phase of its 8-byte words;
-    # slabf: rows of 3 units, 9 outer rows, chunks that straddle outer rows
+    # slabf: rows of 3 units, 9 outer rows, chunks that straddle outer rows;
+    # slabr: the same rows, 300 picks from each of 9 outer rows cross its tiles
     data = (random_data(rng, (9, 50), "float32") if staged
-            else random_data(rng, (9, 50, 3), "float32") if kind == "slabf"
+            else random_data(rng, (9, 50, 3), "float32") if kind in ("slabf", "slabr")
             else random_data(rng, (50, cols), "float32"))
-    axis = 1 if staged or kind == "slabf" else 0
+    axis = 1 if staged or kind in ("slabf", "slabr") else 0
     idx = random_indices(rng, (301 if kind == "slabw" else 300,), data.shape[axis], "int64",
                          out_of_range=mode != "raise")
     op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
@@ -81,8 +82,8 @@ def test_forced_variants(kind, math_name, mode):
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
-                                  "window", "pack", "weave", "flat", "slabf", "flatv", "lean",
-                                  "span", "strided"])
+                                  "window", "pack", "weave", "slabr", "flat", "slabf", "flatv",
+                                  "lean", "span", "strided"])
 @pytest.mark.parametrize("mode", ["fill", "raise"])
 def test_empty_axis_reads_no_data(kind, mode):
     """An axis of size 0, each kind forced: fill mode fills every output unit, raise

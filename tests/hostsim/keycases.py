@@ -213,6 +213,25 @@ def _weave(key: KernelKey) -> list:
     ]
 
 
+@register("slabr")
+def _slabr(key: KernelKey) -> list:
+    # Rows of 7, 5 or 3 units (7, 10 or 12 bytes: pitches 8 and 16) from staged
+    # groups of outer rows: groups of five rows of 11 picks, so that tiles of 128
+    # rows cross the groups' edges mid-chunk, two blocks looping over the groups;
+    # one block looping over the groups and 31 tiles; a group per block; a table one
+    # item past an aligned address; an axis of length 1 (s_axis 0); one outer
+    # slice.  (test_gather_host.py stages outer rows that are not back to back.)
+    units = {1: 7, 2: 5, 4: 3}[key.unit]
+    return [
+        Case((2200, 3, units), axis=1, index_shape=(11,), **_common(key, "groups", max_grid=2)),
+        Case((3, 40, units), axis=1, index_shape=(1300,), **_common(key, "loop", max_grid=1)),
+        Case((6, 40, units), axis=1, index_shape=(300,), **_common(key, "blocks")),
+        Case((4, 30, units), axis=1, index_shape=(50,), layout="offset", **_common(key, "offset")),
+        Case((5, 1, units), axis=1, index_shape=(40,), **_common(key, "axis1")),
+        Case((7, units), axis=0, index_shape=(9,), **_common(key, "small")),
+    ]
+
+
 @register("flat")
 def _flat(key: KernelKey) -> list:
     # Rows of an odd number of units (the unit stays the item size) as 16-byte

@@ -220,7 +220,7 @@ def test_raise_names_first_bad_index(api, mode, kind, index_dtype, with_out):
     launch); with out= the check kernel runs first, nothing after it, and out= stays
     untouched."""
     shape, axis = (((4, 60), 1) if kind in ("scalar", "inner", "slab", "slabw", "flatv") else
-                   ((60, 3), 0) if kind in ("pack", "weave") else
+                   ((60, 3), 0) if kind in ("pack", "weave", "slabr") else
                    ((60, 70), 0) if kind == "span" else ((60, 5), 0))
     case = Case(shape, "float32", axis, (2, 400), index_dtype, mode, api, seed=7,
                 bad_at=(650, 333, 512), force=(("kind", kind), ("max_grid", 1)),
@@ -390,6 +390,60 @@ def test_weave_wider_units(dtype, units, mode):
     assert_same(got, gather_ref(data, idx, 1, mode, 3), f"{dtype} rows of {units} units")
     ran = [(k.kind, k.unit) for k, *_ in runner.last_launches()]
     assert ran == [("weave", np.dtype(dtype).itemsize)], runner.last_launches()
+
+
+@pytest.mark.parametrize("row_bytes", range(2, 16))
+@pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
+def test_slabr_every_row_length_alignment_and_group(row_bytes, mode):
+    """The slabr kernel on rows of 2 to 15 bytes (staged at pitches of 4, 8 and
+    16 bytes) from tables at offsets 0, 3, 8 and 13 from a 16-byte boundary
+    (units of 1 byte; rows of one unit are refused): one outer slice over
+    several tiles; outer slices whose groups end mid-tile and mid-chunk on a grid
+    of two blocks in x and y; outer slices not back to back (staged row by row)
+    on a grid of one block, against numpy.take."""
+    rng = np.random.default_rng(row_bytes * 41 + ("wrap", "fill", "raise").index(mode))
+    n = 23
+    for shift in (0, 3, 8, 13):
+        for shape, axis, picks, grid, sliced in (((n, row_bytes), 0, 300, None, False),
+                                                 ((700, n, row_bytes), 1, 13, 2, False),
+                                                 ((5, n, row_bytes), 1, 37, 1, True)):
+            size = int(np.prod(shape))
+            if sliced:  # every other outer slice of a table twice as long
+                raw = runner.device_empty((2 * size + 32,), np.uint8)
+                full = raw[shift:shift + 2 * size].reshape((2 * shape[0],) + shape[1:])
+                data = full[::2]
+            else:
+                raw = runner.device_empty((size + 32,), np.uint8)
+                data = raw[shift:shift + size].reshape(shape)
+            data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
+            lo, hi = (0, n) if mode == "raise" else (-n - 4 if mode == "fill" else -3 * n, 2 * n)
+            idx = rng.integers(lo, hi, size=picks)
+            if row_bytes in (2, 4) and shift % row_bytes == 0:  # one unit: not slabr's
+                with pytest.raises(ValueError, match=f"rows here are {row_bytes} B of "
+                                                     f"{row_bytes}-byte units"):
+                    runner.host_gather(data, idx, axis, mode=mode, kind="slabr")
+                continue
+            if row_bytes == 8 and shift % 8 == 0:
+                continue  # one 8-byte unit
+            got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="slabr",
+                                     max_grid=grid)
+            want = gather_ref(data, idx, axis, mode, 0xA5)
+            assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
+            ran = [k.kind for k, *_ in runner.last_launches()]
+            assert ran == ["slabr"], runner.last_launches()
+
+
+def test_slabr_refuses_an_axis_it_cannot_stage():
+    """slabr stages an outer row's axis at its pitch: 3-byte rows take 4 bytes each,
+    so an axis of tuning.SLAB_MAX_STAGE // 4 rows fits and one more does not."""
+    n = tuning.SLAB_MAX_STAGE // 4
+    rng = np.random.default_rng(5)
+    data = runner.device_copy(rng.integers(0, 256, (n + 1, 3), dtype=np.uint8))
+    idx = rng.integers(0, n, size=50)
+    got = runner.host_gather(data[:n], idx, 0, kind="slabr")
+    assert_same(got, gather_ref(np.asarray(data)[:n], idx, 0, "wrap", 0), "an axis that fits")
+    with pytest.raises(ValueError, match="rows padded to 4 B"):
+        runner.host_gather(data, idx, 0, kind="slabr")
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "int64", "complex64"])

@@ -532,11 +532,12 @@ def test_every_candidate_the_table_may_name_plans_and_covers_the_output(monkeypa
                                                          {"choice": label, "leaf": 0})))
         tt.clear_tables()
         shape, axis = (((9, 300), 1) if kind in ("scalar", "inner", "slab", "slabw", "flatv") else
-                       ((300, 7), 0) if kind in ("pack", "weave", "flat", "slabf", "lean") else
+                       ((300, 7), 0) if kind in ("pack", "weave", "slabr", "flat", "slabf",
+                                                 "lean") else
                        ((300, 70), 0) if kind == "span" else
                        ((300, 25), 0) if kind == "chunks16" else ((300, 24), 0))
         # pack takes rows of 1- and 2-byte units (table.declines)
-        p = _plan(shape, "int8" if kind in ("pack", "weave") else "float32", axis,
+        p = _plan(shape, "int8" if kind in ("pack", "weave", "slabr") else "float32", axis,
                   776 if kind == "flatv" else 777)
         assert p.kind == kind, label
         if ru is not None:

@@ -61,9 +61,9 @@ KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
-                "weave", "flat", "slabf", "flatv", "span", "lean", "strided", "bcast")
+                "weave", "slabr", "flat", "slabf", "flatv", "span", "lean", "strided", "bcast")
 # kinds that stage data in shared memory
-SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "span", "weave", "elements_row")
+SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "slabr", "span", "weave", "elements_row")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,10 @@ CANDIDATES = {
     # rows of 3 units (3, 6 or 12 bytes): tiles over several blocks, the last
     # partial; warps of one block looping over tiles of rows that cross outer slices
     "weave": [Geometry((50, 3), 0, (1300,)), Geometry((3, 40, 3), 1, (30, 13), max_grid=1)],
+    # rows of 3 units from staged groups: groups of outer rows whose tiles cross
+    # the groups' edges, two blocks looping over them; one block looping over tiles
+    "slabr": [Geometry((2200, 3, 3), 1, (11,), max_grid=2), Geometry((3, 40, 3), 1, (1300,),
+                                                                     max_grid=1)],
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((6, 30), 1, (50,))],
     # groups of three outer rows (2200 of them fill the GPU) whose output no chunk
