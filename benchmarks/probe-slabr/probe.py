@@ -10,10 +10,11 @@ losses to a peer, tables in L1, in L2 and beyond it, the tiny tables) that
 slabr applies to.  For each: the device copy of the output bytes; the
 library's plan; weave, flat, slabf and pack forced where they apply; slabr
 under each VARIANTS setting (rows per lane, blocks per SM: its launch bound
-and the grid's target); cupy.take, torch.index_select and jax.numpy.take.
+and the grid's target, how a row's units are stored); cupy.take, torch.index_select and jax.numpy.take.
 Every result is checked bit for bit against cupy.take.  Medians of 30 calls
 between two events behind a holding kernel, microseconds.  PROBE_VARIANTS=a,b
-times a subset, PROBE_BUDGET_S stops after that many seconds.
+times a subset, PROBE_KINDS=a,b the kinds forced beside slabr (default
+weave,flat,slabf,pack), PROBE_BUDGET_S stops after that many seconds.
 """
 import importlib.util
 import json
@@ -32,11 +33,13 @@ from cugather.runtime.launch import CUDA, execute
 
 OUT = os.environ.get("OUT", "/tmp")
 BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "200"))
-# (SLABR_RU, SLABR_BLOCKS)
-VARIANTS = {"r4b4": (4, 4), "r2b4": (2, 4), "r8b3": (8, 3), "r4b3": (4, 3)}
+# (SLABR_RU, SLABR_BLOCKS, SLABR_BREAK); suffix p: each unit's store of a row under
+# a predicate (the first version, the switch CG_SLABR_BREAK 0, gone since:
+# results-h100.json, first-h100.json).
+VARIANTS = {"r4b4": (4, 4, 1), "r2b4": (2, 4, 1), "r8b3": (8, 3, 1), "r2b6": (2, 6, 1)}
 if os.environ.get("PROBE_VARIANTS"):
     VARIANTS = {k: VARIANTS[k] for k in os.environ["PROBE_VARIANTS"].split(",")}
-KINDS = ("weave", "flat", "slabf", "pack")
+KINDS = tuple(os.environ.get("PROBE_KINDS", "weave,flat,slabf,pack").split(","))
 
 _spec = importlib.util.spec_from_file_location(
     "probe_weave", os.path.join(os.path.dirname(__file__), "..", "probe-weave", "probe.py"))
@@ -49,7 +52,8 @@ def us(t):
     return float(np.median(t)) * 1000
 
 
-def set_slabr(ru, blocks):
+def set_slabr(ru, blocks, brk=1):
+    assert brk == 1, "the predicated stores are gone from the kernel"
     tuning.SLABR_RU, tuning.SLABR_BLOCKS = ru, blocks
     tuning.KERNEL_DEFINES["CG_SLABR_RU"] = ru
     # The launch bound is no define: one that names it keeps each setting's
