@@ -455,6 +455,20 @@ def test_the_shipped_table_leaves_rows_its_leaf_never_saw_to_the_rules():
     assert p.kind == table.spec.kind_of[leaf["choice"]][0], (p.kind, leaf["choice"])
 
 
+def test_the_shipped_table_names_slabr_for_held_out_seed_3863_s_minimum():
+    # (4, 4, 337, 3) int8 on axis 2 with 9 x 1.6M int32 indices: weave at 34% of
+    # the copy was the sweep's minimum (0.61x jax.numpy.take); the H100 probe has
+    # slabr at 52%, jax.numpy.take 53%, slabf 42%
+    def plan(limits):
+        return plan_gather(Operand.contiguous((4, 4, 337, 3), 1), (9, 1595651), "int32", 2,
+                           "wrap", limits=limits)
+
+    p = plan(SM90)
+    assert p.kind == "slabr" and p.chosen_by.startswith("sm_90 tuning table, leaf "), p.chosen_by
+    p = plan(DeviceLimits(132, 227 * 1024, ""))
+    assert p.kind != "slabr" and p.chosen_by.startswith("rule"), p.chosen_by
+
+
 def test_the_shipped_table_names_weave_for_held_out_seed_6619_s_minimum():
     # (13019, 7) int8 with 2 x 6.7M int32 indices: flat at 35% of the copy was the
     # sweep's minimum; the H200 probe has weave at 95.6 us, pack 135.8, flat 183.5
