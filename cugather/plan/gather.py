@@ -277,11 +277,11 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
         return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
                 f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
                 f"to {out_align} B")
-    if kind == "slabr" and (s_axis not in (0, row_bytes)
-                            or axis_len * _slabr_pitch(row_bytes) > _slab_stage(limits)):
-        return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
-                f"in shared memory, its rows padded to {_slabr_pitch(row_bytes)} B; here it is "
-                f"{axis_len} rows of {row_bytes} B, {s_axis} B apart")
+    if kind == "slabr" and (s_axis not in (0, row_bytes) or axis_len * _slabr_pitch(row_bytes)
+                            > _slabr_stage(limits, row_bytes)):
+        return (f"a contiguous gathered axis of at most {_slabr_stage(limits, row_bytes)} bytes "
+                f"to stage in shared memory, its rows padded to {_slabr_pitch(row_bytes)} B; "
+                f"here it is {axis_len} rows of {row_bytes} B, {s_axis} B apart")
     if kind == "slabf" and (s_axis not in (0, row_bytes)
                             or axis_len * row_bytes > _slab_stage(limits)):
         return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
@@ -490,6 +490,13 @@ def _slabr_pitch(row_bytes: int) -> int:
     return 4 if row_bytes <= 4 else 8 if row_bytes <= 8 else 16
 
 
+def _slabr_stage(limits: DeviceLimits, row_bytes: int) -> int:
+    """Shared memory a slabr block stages outer rows into: slab's, less what its
+    warps' tiles of 32 x SLABR_RU rows take beside it."""
+    tiles = tuning.MAX_THREADS // 32 * 32 * tuning.SLABR_RU * row_bytes
+    return min(_slab_stage(limits), limits.max_shared_mem - tiles)
+
+
 def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
                 max_grid, base, limits) -> GatherPlan:
     # Groups of outer rows as slabf's (_plan_slabf), each axis row staged at a
@@ -509,7 +516,7 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     row = axis_len * _slabr_pitch(row_bytes)  # staged bytes of one outer row
     target = tuning.SLABR_BLOCKS * limits.sm_count
     bx = cdiv(cdiv(n_idx, tile), warps)  # blocks that cover one outer row's tiles
-    fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: no row
+    fit = max(1, _slabr_stage(limits, row_bytes) // max(row, 1))  # an empty axis: no row
     group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
     grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
     group_blocks = cdiv(cdiv(group * n_idx, tile) + 1, warps)  # a group meets this many tiles

@@ -514,6 +514,14 @@ def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis,
     assert plan_of(((n, 7), "u1"), (7,), kind="slabr").fields["group"] == 1
     with pytest.raises(ValueError, match="its rows padded to 8 B; here it is 3073 rows of 7 B"):
         plan_of(((n + 1, 7), "u1"), (7,), kind="slabr")
+    # a block's stage and its warps' tiles share the block's shared memory: with
+    # 30 KB, 15-byte rows leave 30720 - 8 x 128 x 15 bytes to stage
+    small = DeviceLimits(132, 30 * 1024, "")
+    n = (30 * 1024 - 8 * 128 * 15) // 16
+    p = plan_of(((3, n, 15), "u1"), (7,), axis=1, kind="slabr", limits=small)
+    assert p.main.shared_mem <= 30 * 1024 and p.fields["group"] == 1
+    with pytest.raises(ValueError, match="at most 15360 bytes to stage"):
+        plan_of(((3, n + 1, 15), "u1"), (7,), axis=1, kind="slabr", limits=small)
     # rows 7 bytes apart in a wider array: the axis is not contiguous
     op = Operand((40, 7), (9, 1), 1, 16)
     with pytest.raises(ValueError, match="here it is 40 rows of 7 B, 9 B apart"):
