@@ -10,7 +10,7 @@ losses to a peer, tables in L1, in L2 and beyond it, the tiny tables) that
 slabr applies to.  For each: the device copy of the output bytes; the
 library's plan; weave, flat, slabf and pack forced where they apply; slabr
 under each VARIANTS setting (rows per lane, blocks per SM: its launch bound
-and the grid's target, how a row's units are stored); cupy.take, torch.index_select and jax.numpy.take.
+and the grid's target); cupy.take, torch.index_select and jax.numpy.take.
 Every result is checked bit for bit against cupy.take.  Medians of 30 calls
 between two events behind a holding kernel, microseconds.  PROBE_VARIANTS=a,b
 times a subset, PROBE_KINDS=a,b the kinds forced beside slabr (default
@@ -32,10 +32,10 @@ from cugather.runtime.launch import CUDA
 
 OUT = os.environ.get("OUT", "/tmp")
 BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "200"))
-# (SLABR_RU, SLABR_BLOCKS, SLABR_BREAK); suffix p: each unit's store of a row under
-# a predicate (the first version, the switch CG_SLABR_BREAK 0, gone since:
-# results-h100.json, first-h100.json).
-VARIANTS = {"r4b4": (4, 4, 1), "r2b4": (2, 4, 1), "r8b3": (8, 3, 1), "r2b6": (2, 6, 1)}
+# (SLABR_RU, SLABR_BLOCKS).  results-h100.json also has r4b4p and r2b4p: each of
+# a row's unit stores under a predicate, as in first-h100.json's version (a
+# switch, CG_SLABR_BREAK 0, gone since).
+VARIANTS = {"r4b4": (4, 4), "r2b4": (2, 4), "r8b3": (8, 3), "r2b6": (2, 6)}
 if os.environ.get("PROBE_VARIANTS"):
     VARIANTS = {k: VARIANTS[k] for k in os.environ["PROBE_VARIANTS"].split(",")}
 KINDS = tuple(os.environ.get("PROBE_KINDS", "weave,flat,slabf,pack").split(","))
@@ -48,8 +48,7 @@ CASES = _weave.HELD_CASES + _weave.MINIMA_CASES + _weave.CASES + _weave.EDGE_CAS
 us, timed = _weave.us, _weave.timed  # a median in microseconds; one kernel checked and timed
 
 
-def set_slabr(ru, blocks, brk=1):
-    assert brk == 1, "the predicated stores are gone from the kernel"
+def set_slabr(ru, blocks):
     tuning.SLABR_RU, tuning.SLABR_BLOCKS = ru, blocks
     tuning.KERNEL_DEFINES["CG_SLABR_RU"] = ru
     # The launch bound is no define: one that names it keeps each setting's

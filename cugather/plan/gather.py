@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from . import core, table, tuning
 from .core import (GRID_X_MAX, GRID_YZ_MAX, DeviceLimits, Launch, Operand, Plan, cdiv,
@@ -269,11 +269,8 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
-    if kind == "weave" and not (unit <= 4 and unit < row_bytes < 16 and out_align >= 16):
-        return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
-                f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
-                f"to {out_align} B")
-    if kind == "slabr" and not (unit <= 4 and unit < row_bytes < 16 and out_align >= 16):
+    if kind in ("weave", "slabr") and not (unit <= 4 and unit < row_bytes < 16
+                                           and out_align >= 16):
         return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
                 f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
                 f"to {out_align} B")
@@ -485,6 +482,23 @@ def _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dt
                                         f"shared memory into 16-byte chunks", **base)
 
 
+def _group_grid(n_outer: int, row: int, stage: int, bx: int, target: int,
+                group_blocks: Callable[[int], int], max_grid: Optional[int]
+                ) -> Tuple[int, Tuple[int, int, int]]:
+    """(outer rows per group, grid) of the kernels that stage groups of outer
+    rows of ``row`` bytes in ``stage`` bytes of shared memory (slabf, slabr).
+    Whole groups where one outer row's ``bx`` blocks alone fill the ``target``
+    blocks, smaller ones so that outer rows give the blocks its own cannot;
+    blockIdx.y takes the groups, blockIdx.x at most ``group_blocks(group)``
+    blocks of one, and at most ``target`` blocks in all: a grid just past it
+    leaves a last wave of a few blocks, each as long as a full one."""
+    fit = max(1, stage // max(row, 1))  # an empty axis in fill mode: no row
+    group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
+    grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
+    grid_x = min(max(1, min(group_blocks(group), target // grid_y)), max_grid or GRID_X_MAX)
+    return group, (grid_x, grid_y, 1)
+
+
 def _slabr_pitch(row_bytes: int) -> int:
     """Bytes a staged row of the slabr kernel takes (kernels/gather.cuh slabr_pitch)."""
     return 4 if row_bytes <= 4 else 8 if row_bytes <= 8 else 16
@@ -499,12 +513,11 @@ def _slabr_stage(limits: DeviceLimits, row_bytes: int) -> int:
 
 def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
                 max_grid, base, limits) -> GatherPlan:
-    # Groups of outer rows as slabf's (_plan_slabf), each axis row staged at a
+    # Groups of outer rows as slabf's (_group_grid), each axis row staged at a
     # pitch of _slabr_pitch bytes; blockIdx.x steps over the tiles of 32 x
     # SLABR_RU output rows that meet the group's rows, a warp at a time.  At most
-    # SLABR_BLOCKS blocks per SM in all, the kernel's residency: a grid-stride
-    # loop with a further partial wave of blocks would run that wave's tiles
-    # after the rest.  Row numbers reach one tile past the last row.
+    # SLABR_BLOCKS blocks per SM in all, the kernel's residency.  Row numbers
+    # reach one tile past the last row.
     axis_len = base["bounds"][0]
     units = row_bytes // unit
     rows = n_outer * n_idx
@@ -514,19 +527,17 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     mname = index_math(max((tiles + 1) * tile, n_idx, n_outer), math_name)
     bits = 32 if mname == "fast32" else 64
     row = axis_len * _slabr_pitch(row_bytes)  # staged bytes of one outer row
-    target = tuning.SLABR_BLOCKS * limits.sm_count
-    bx = cdiv(cdiv(n_idx, tile), warps)  # blocks that cover one outer row's tiles
-    fit = max(1, _slabr_stage(limits, row_bytes) // max(row, 1))  # an empty axis: no row
-    group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
-    grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
-    group_blocks = cdiv(cdiv(group * n_idx, tile) + 1, warps)  # a group meets this many tiles
-    grid_x = min(max(1, min(group_blocks, target // grid_y)), max_grid or GRID_X_MAX)
+    # a group's rows meet one tile more than they fill
+    group, grid = _group_grid(n_outer, row, _slabr_stage(limits, row_bytes),
+                              cdiv(cdiv(n_idx, tile), warps),
+                              tuning.SLABR_BLOCKS * limits.sm_count,
+                              lambda g: cdiv(cdiv(g * n_idx, tile) + 1, warps), max_grid)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, total=rows * units,
                   chunks=tiles, n_div=make_divisor(max(n_idx, 1), bits),
                   unit_div=make_divisor(units, bits), group=group, stage_unit=0)
     shared = cdiv(group * row, 16) * 16 + warps * tile * row_bytes
-    main = Launch(KernelKey("slabr", unit, index_dtype, mname, mode), fields,
-                  (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), shared)
+    main = Launch(KernelKey("slabr", unit, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1), shared)
     return GatherPlan(main=main, reason=f"{group} outer row(s) of {axis_len} rows of {row_bytes} B "
                                         f"staged per block at a {_slabr_pitch(row_bytes)}-byte "
                                         f"pitch; tiles of {tile} rows a warp, woven in shared "
@@ -568,25 +579,19 @@ def _flat_fields(per: int, units: int, n_outer: int, s_outer: int, s_axis: int, 
 
 def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
                 max_grid, base, limits, align) -> GatherPlan:
-    # Groups of outer rows as slab's (_slab_launch): whole groups where one outer
-    # row's chunks alone fill the GPU, smaller ones so that outer rows give the
-    # blocks its chunks cannot; blockIdx.x steps over the chunks of a group.
+    # Groups of outer rows (_group_grid); blockIdx.x steps over the chunks of a group.
     per = _flat_per(unit)
     mname, fields = _flat_fields(per, units, n_outer, s_outer, s_axis, base["bounds"][0], n_idx,
                                  math_name)
     row = base["bounds"][0] * units * unit  # staged bytes of one outer row
-    target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
-    bx = cdiv(cdiv(n_idx * units, per), tuning.MAX_THREADS)
-    fit = max(1, _slab_stage(limits) // max(row, 1))  # an empty axis in fill mode: no row
-    group = min(n_outer, fit, max(1, cdiv(n_outer * bx, target)))
-    grid_y = min(cdiv(n_outer, group), max_grid or GRID_YZ_MAX)
-    # at most `target` blocks in all: a grid just past it leaves a last wave
-    # of a few blocks, each as long as a full one
-    group_blocks = cdiv(cdiv(group * n_idx * units, per), tuning.MAX_THREADS)
-    grid_x = min(max(1, min(group_blocks, target // grid_y)), max_grid or GRID_X_MAX)
+    group, grid = _group_grid(n_outer, row, _slab_stage(limits),
+                              cdiv(cdiv(n_idx * units, per), tuning.MAX_THREADS),
+                              tuning.SLAB_BLOCKS_PER_SM * limits.sm_count,
+                              lambda g: cdiv(cdiv(g * n_idx * units, per), tuning.MAX_THREADS),
+                              max_grid)
     fields.update(group=group, stage_unit=unit_for(align, s_outer, row))
-    main = Launch(KernelKey("slabf", unit, index_dtype, mname, mode), fields,
-                  (grid_x, grid_y, 1), (tuning.MAX_THREADS, 1, 1), cdiv(group * row, 16) * 16)
+    main = Launch(KernelKey("slabf", unit, index_dtype, mname, mode), fields, grid,
+                  (tuning.MAX_THREADS, 1, 1), cdiv(group * row, 16) * 16)
     return GatherPlan(main=main, reason=f"{group} outer row(s) of {row} B staged per block in "
                                         f"shared memory, {units} unit(s) of {unit} B per row "
                                         f"as {per * unit}-byte chunks", **base)
