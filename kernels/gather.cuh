@@ -1204,30 +1204,38 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
 }
 
 // ---------------------------------------------------------------------------
-// slabr: rows of two units or more and fewer than 16 bytes, from a table whose
-// axis rows fit several to a block in shared memory.  blockIdx.y takes a group
-// of `group` outer rows and stages it once, each row of the axis padded to a
-// pitch of 4, 8 or 16 bytes (the first power of two it fits), so that a pick is
-// one aligned shared load.  A warp then takes tiles of 32 x CG_SLABR_RU output
-// rows, tile t rows tT .. tT + T - 1 of the whole output (every tile starts
-// 16-byte aligned), those that meet the group's rows; lane l loads the indices
-// of tile rows k * 32 + l (each load coalesced), all before any row, picks the
-// rows from the stage, writes their units into the warp's tile in shared memory
-// at the place they take in the output and stores the tile as aligned 16-byte
-// chunks, byte by byte where a chunk has bytes outside the group's rows (its
-// first and last tile).  weave reads a row as one or two 16-byte blocks
-// through L1, a request per row; a warp's 32 picks here are one shared load.
-// FlatArgs: total = outer * n_indices * units, chunks = the output's tiles,
-// unit_div = units per row, group; stage_unit unused.
+// slabr: rows of fewer than 16 bytes (units of 1, 2 or 4 bytes), from a table
+// whose axis rows fit several to a block in shared memory.  blockIdx.y takes a
+// group of `group` outer rows and stages it once, each row of the axis padded
+// to a pitch of 4, 8 or 16 bytes (the first power of two it fits; a row of one
+// unit keeps its size), so that a pick is one aligned shared load.  A warp
+// takes tiles of 32 x CG_SLABR_RU output rows: lane l loads the indices of tile
+// rows k * 32 + l (each load coalesced), all before any row, picks the rows
+// from the stage, writes their units into the warp's tile in shared memory at
+// the place they take in the output and stores the tile as aligned 16-byte
+// chunks, byte by byte where a chunk has bytes outside the tile's rows.  Two
+// orders (`stage_unit`, which slabf alone uses otherwise):
+// - 0: tile t is rows tT .. tT + T - 1 of the whole output (every tile starts
+//   16-byte aligned), those that meet the group's rows; a group's outer rows
+//   read each index again, one after the other;
+// - 1: a tile is T index positions, its picks loaded and resolved once and
+//   written to every outer row of the group in turn (at the row's alignment,
+//   byte by byte at both ends).  The group's outer rows share the index loads:
+//   16 outer rows of a 57 MB int32 index array read it from DRAM 16 times in
+//   order 0.
+// weave reads a row as one or two 16-byte blocks through L1, a request per
+// row; a warp's 32 picks here are one shared load.  FlatArgs: total = outer *
+// n_indices * units, chunks = the output's tiles (order 0), unit_div = units
+// per row, group, stage_unit = the order.
 // ---------------------------------------------------------------------------
 #if !defined(CG_SLABR_RU)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
-// The pitch of a staged row of `rb` bytes (2 to 15).
-__host__ __device__ constexpr u32 slabr_pitch(u32 rb)
+// The pitch of a staged row of `rb` bytes (1 to 15) in `units` units.
+__host__ __device__ constexpr u32 slabr_pitch(u32 rb, u32 units)
 {
-    return rb <= 4 ? 4u : rb <= 8 ? 8u : 16u;
+    return units == 1 ? rb : rb <= 4 ? 4u : rb <= 8 ? 8u : 16u;
 }
 
 // Stage outer rows o0 .. o0 + g - 1 (axis rows of `units` units, s_axis apart:
@@ -1266,102 +1274,171 @@ __device__ __forceinline__ void slabr_stage(const FlatArgs& a, u64 o0, u32 g, u3
     }
 }
 
-template <class U, class Idx, class M, int MODE>
-__device__ __forceinline__ void gather_slabr(const FlatArgs& a)
+// The staged row at p (pitch bytes, a row of `units` units of U) in a uint4.
+template <class U>
+__device__ __forceinline__ uint4 slabr_pick(const unsigned char* p, u32 pitch, u32 units)
+{
+    uint4 w;
+    if (units == 1) {
+        const U u = *(const U*)p;
+        memcpy(&w, &u, sizeof(U));
+    } else if (pitch == 4) {
+        w.x = *(const u32*)p;
+    } else if (pitch == 8) {
+        const uint2 h = *(const uint2*)p;
+        w.x = h.x;
+        w.y = h.y;
+    } else {
+        w = *(const uint4*)p;
+    }
+    return w;
+}
+
+// Write a row's `units` units from w at dst.
+template <class U>
+__device__ __forceinline__ void slabr_put(unsigned char* dst, const uint4& w, u32 units)
+{
+    constexpr int NU = 16 / sizeof(U);  // more units than a row has
+    U u[NU];
+    memcpy(u, &w, sizeof(u));
+    // A warp-uniform exit after the row's units.  Each store under a predicate
+    // instead (weave's loop) issues all NU of them: 0.84x the speed over
+    // benchmarks/probe-slabr's 29 cases, 0.60x-0.79x on rows of three 1-byte
+    // units (H100).
+#pragma unroll
+    for (int j = 0; j < NU; ++j) {
+        if ((u32)j >= units) break;
+        ((U*)dst)[j] = u[j];
+    }
+}
+
+// Store a warp's tile bytes [lo, hi) to out + base (16-byte aligned, tile byte
+// 0 there) as aligned 16-byte chunks, byte by byte in a chunk that has bytes
+// outside [lo, hi).
+__device__ __forceinline__ void slabr_flush(char* out, u64 base, const unsigned char* tile,
+                                            u32 lo, u32 hi, u32 lane)
+{
+    const uint4* chunk = (const uint4*)tile;
+#pragma unroll 1
+    for (u32 c = (lo >> 4) + lane; c < (hi + 15) >> 4; c += 32) {
+        const u32 s = 16 * c;
+        if (s >= lo && s + 16 <= hi) {
+            store_stream((uint4*)(out + base + s), chunk[c]);
+        } else {
+            for (u32 j = s < lo ? lo : s; j < s + 16 && j < hi; ++j)
+                store_stream((unsigned char*)(out + base + j), tile[j]);
+        }
+    }
+}
+
+// slabr in one order; the entry below branches once, so that neither order's
+// loop keeps the other's values live (together they spilled at 64 registers).
+template <class U, class Idx, class M, int MODE, int ORDER>
+__device__ __forceinline__ void slabr_groups(const FlatArgs& a)
 {
     typedef typename M::Ix Ix;
     constexpr int RU = CG_SLABR_RU;
-    constexpr u32 T = 32 * RU;          // rows per tile
-    constexpr int NU = 16 / sizeof(U);  // more units than a row has
+    constexpr u32 T = 32 * RU;  // rows per tile
     CG_DYNAMIC_SMEM(uint4, smem);
     const u32 lane = threadIdx.x & 31;
     const u32 units = (u32)a.unit_div.d;
     const u32 rb = units * (u32)sizeof(U);
-    const u32 pitch = slabr_pitch(rb);
+    const u32 pitch = slabr_pitch(rb, units);
     const u32 axis_len = (u32)a.axis_len;  // the planner stages at least one outer row
     const Ix n_idx = (Ix)a.n_div.d, group = (Ix)a.group;
     const Ix outer = (Ix)(a.total / ((u64)n_idx * units));
     const u32 tile_bytes = T * rb;  // a multiple of 16
     unsigned char* stage = (unsigned char*)smem;
     const u32 stage_bytes = ((u32)group * axis_len * pitch + 15u) & ~15u;
-    unsigned char* tile = stage + stage_bytes + (threadIdx.x >> 5) * tile_bytes;
+    // order 1 starts a tile at its first row's place in a 16-byte chunk
+    unsigned char* tile = stage + stage_bytes + (threadIdx.x >> 5) * (tile_bytes + 16);
     const Idx* idx = (const Idx*)a.indices;
-    const uint4 fillv = fill_unit<uint4>(a.fill);
     const Ix warps = (Ix)(blockDim.x >> 5);
+    const Ix first = (Ix)blockIdx.x * warps + (Ix)(threadIdx.x >> 5);
+    const Ix step = (Ix)gridDim.x * warps;
 
     for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
         const Ix g = (outer - o0 < group) ? outer - o0 : group;
         slabr_stage<U, M>(a, (u64)o0, (u32)g, pitch, stage);
         __syncthreads();
-        const Ix r_lo = o0 * n_idx, r_hi = (o0 + g) * n_idx;  // the group's output rows
-        const u64 b_lo = (u64)r_lo * rb, b_hi = (u64)r_hi * rb;
-        const Ix t_hi = (r_hi + (Ix)T - 1) / (Ix)T;
-        for (Ix t = r_lo / (Ix)T + (Ix)blockIdx.x * warps + (Ix)(threadIdx.x >> 5); t < t_hi;
-             t += (Ix)gridDim.x * warps) {
-            // Rows outside the group read index 0 and are never stored.
-            i64 ii[RU];
-            u32 oo[RU];
-            Ix nn[RU];
-            bool in[RU];
+        if (ORDER == 1) {
+            for (Ix n0 = first * (Ix)T; n0 < n_idx; n0 += step * (Ix)T) {
+                const u32 rows = (n_idx - n0 < (Ix)T) ? (u32)(n_idx - n0) : T;
+                u32 at[RU];  // the pick's staged offset in outer row 0, ~0u for the fill
 #pragma unroll
-            for (int k = 0; k < RU; ++k) {
-                const Ix r = t * (Ix)T + (Ix)(32 * k) + (Ix)lane;
-                Ix o = o0, n = 0;
-                in[k] = r >= r_lo && r < r_hi;
-                if (in[k]) divmod<M>(a.n_div, r, o, n);
-                oo[k] = (u32)(o - o0);
-                nn[k] = n;
-                ii[k] = load_index(idx + n);
-            }
+                for (int k = 0; k < RU; ++k) {
+                    const u32 r = 32 * k + lane;
+                    i64 i = r < rows ? load_index(idx + n0 + r) : 0;
+                    at[k] = ~0u;
+                    if (r < rows && resolve_checked<MODE>(i, a.axis_len, a.first_bad,
+                                                          (u64)(n0 + r)))
+                        at[k] = (u32)i * pitch;
+                }
+                for (u32 o = 0; o < (u32)g; ++o) {
+                    const u64 b = ((u64)(o0 + o) * (u64)n_idx + (u64)n0) * rb;
+                    const u32 sh = (u32)b & 15u;
+                    const unsigned char* row0 = stage + o * axis_len * pitch;
 #pragma unroll
-            for (int k = 0; k < RU; ++k) {
-                i64 i = ii[k];
-                uint4 w = fillv;
-                if (in[k] && resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k])) {
-                    // staged offsets fit in u32: a group is at most tuning.SLAB_MAX_STAGE bytes
-                    const unsigned char* p = stage + (oo[k] * axis_len + (u32)i) * pitch;
-                    if (pitch == 4) {
-                        w.x = *(const u32*)p;
-                    } else if (pitch == 8) {
-                        const uint2 h = *(const uint2*)p;
-                        w.x = h.x;
-                        w.y = h.y;
-                    } else {
-                        w = *(const uint4*)p;
+                    for (int k = 0; k < RU; ++k) {
+                        const u32 r = 32 * k + lane;
+                        if (r >= rows) break;
+                        const uint4 w = at[k] == ~0u ? fill_unit<uint4>(a.fill)
+                                                     : slabr_pick<U>(row0 + at[k], pitch, units);
+                        slabr_put<U>(tile + sh + r * rb, w, units);
                     }
+                    __syncwarp();
+                    slabr_flush(a.out, b - sh, tile, sh, sh + rows * rb, lane);
+                    __syncwarp();
                 }
-                U u[NU];
-                memcpy(u, &w, sizeof(u));
-                U* dst = (U*)(tile + (32 * k + lane) * rb);
-                // A warp-uniform exit after the row's units.  Each store under a
-                // predicate instead (weave's loop) issues all NU of them: 0.84x the
-                // speed over benchmarks/probe-slabr's 29 cases, 0.60x-0.79x on
-                // rows of three 1-byte units (H100).
+            }
+        } else {
+            const Ix r_lo = o0 * n_idx, r_hi = (o0 + g) * n_idx;  // the group's output rows
+            const u64 b_lo = (u64)r_lo * rb, b_hi = (u64)r_hi * rb;
+            const Ix t_hi = (r_hi + (Ix)T - 1) / (Ix)T;
+            for (Ix t = r_lo / (Ix)T + first; t < t_hi; t += step) {
+                // Rows outside the group read index 0 and are never stored.
+                i64 ii[RU];
+                u32 oo[RU];
+                Ix nn[RU];
+                bool in[RU];
 #pragma unroll
-                for (int j = 0; j < NU; ++j) {
-                    if ((u32)j >= units) break;
-                    dst[j] = u[j];
+                for (int k = 0; k < RU; ++k) {
+                    const Ix r = t * (Ix)T + (Ix)(32 * k) + (Ix)lane;
+                    Ix o = o0, n = 0;
+                    in[k] = r >= r_lo && r < r_hi;
+                    if (in[k]) divmod<M>(a.n_div, r, o, n);
+                    oo[k] = (u32)(o - o0);
+                    nn[k] = n;
+                    ii[k] = load_index(idx + n);
                 }
-            }
-            __syncwarp();
-            const u64 base = (u64)t * tile_bytes;  // the tile's first output byte
-            const uint4* chunk = (const uint4*)tile;
-#pragma unroll 1
-            for (u32 c = lane; c < tile_bytes / 16; c += 32) {
-                const u64 b = base + 16 * (u64)c;
-                if (b >= b_lo && b + 16 <= b_hi) {
-                    store_stream((uint4*)(a.out + b), chunk[c]);
-                } else if (b + 16 > b_lo && b < b_hi) {  // a chunk the group shares
-                    const unsigned char* v = (const unsigned char*)(chunk + c);
-                    for (u32 j = 0; j < 16; ++j)
-                        if (b + j >= b_lo && b + j < b_hi)
-                            store_stream((unsigned char*)(a.out + b + j), v[j]);
+#pragma unroll
+                for (int k = 0; k < RU; ++k) {
+                    i64 i = ii[k];
+                    uint4 w = fill_unit<uint4>(a.fill);
+                    // staged offsets fit in u32: a group is at most tuning.SLAB_MAX_STAGE bytes
+                    if (in[k] && resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]))
+                        w = slabr_pick<U>(stage + (oo[k] * axis_len + (u32)i) * pitch, pitch,
+                                          units);
+                    slabr_put<U>(tile + (32 * k + lane) * rb, w, units);
                 }
+                __syncwarp();
+                const u64 base = (u64)t * tile_bytes;  // the tile's first output byte
+                slabr_flush(a.out, base, tile, b_lo > base ? (u32)(b_lo - base) : 0u,
+                            b_hi - base < tile_bytes ? (u32)(b_hi - base) : tile_bytes, lane);
+                __syncwarp();
             }
-            __syncwarp();
         }
         __syncthreads();
     }
+}
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_slabr(const FlatArgs& a)
+{
+    if (a.stage_unit)
+        slabr_groups<U, Idx, M, MODE, 1>(a);
+    else
+        slabr_groups<U, Idx, M, MODE, 0>(a);
 }
 
 // ---------------------------------------------------------------------------

@@ -269,16 +269,20 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
-    if kind in ("weave", "slabr") and not (unit <= 4 and unit < row_bytes < 16
-                                           and out_align >= 16):
+    if kind == "weave" and not (unit <= 4 and unit < row_bytes < 16 and out_align >= 16):
         return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
                 f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
                 f"to {out_align} B")
-    if kind == "slabr" and (s_axis not in (0, row_bytes) or axis_len * _slabr_pitch(row_bytes)
+    if kind == "slabr" and not (unit <= 4 and row_bytes < 16 and out_align >= 16):
+        return (f"units of at most 4 bytes, rows under 16 bytes and a 16-byte aligned output; "
+                f"rows here are {row_bytes} B of {unit}-byte units, out aligned to {out_align} B")
+    if kind == "slabr" and (s_axis not in (0, row_bytes)
+                            or axis_len * _slabr_pitch(row_bytes, unit)
                             > _slabr_stage(limits, row_bytes)):
         return (f"a contiguous gathered axis of at most {_slabr_stage(limits, row_bytes)} bytes "
-                f"to stage in shared memory, its rows padded to {_slabr_pitch(row_bytes)} B; "
-                f"here it is {axis_len} rows of {row_bytes} B, {s_axis} B apart")
+                f"to stage in shared memory, its rows padded to "
+                f"{_slabr_pitch(row_bytes, unit)} B; here it is {axis_len} rows of {row_bytes} B, "
+                f"{s_axis} B apart")
     if kind == "slabf" and (s_axis not in (0, row_bytes)
                             or axis_len * row_bytes > _slab_stage(limits)):
         return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
@@ -499,25 +503,34 @@ def _group_grid(n_outer: int, row: int, stage: int, bx: int, target: int,
     return group, (grid_x, grid_y, 1)
 
 
-def _slabr_pitch(row_bytes: int) -> int:
+def _slabr_pitch(row_bytes: int, unit: int) -> int:
     """Bytes a staged row of the slabr kernel takes (kernels/gather.cuh slabr_pitch)."""
-    return 4 if row_bytes <= 4 else 8 if row_bytes <= 8 else 16
+    return (row_bytes if row_bytes == unit else 4 if row_bytes <= 4 else 8 if row_bytes <= 8
+            else 16)
 
 
 def _slabr_stage(limits: DeviceLimits, row_bytes: int) -> int:
     """Shared memory a slabr block stages outer rows into: slab's, less what its
-    warps' tiles of 32 x SLABR_RU rows take beside it."""
-    tiles = tuning.MAX_THREADS // 32 * 32 * tuning.SLABR_RU * row_bytes
-    return min(_slab_stage(limits), limits.max_shared_mem - tiles)
+    warps' tiles of 32 x SLABR_RU rows (and 16 bytes each to start a tile
+    mid-chunk) take beside it."""
+    return min(_slab_stage(limits), limits.max_shared_mem - _slabr_tiles(row_bytes))
+
+
+def _slabr_tiles(row_bytes: int) -> int:
+    """Shared memory of a slabr block's warps' tiles."""
+    return tuning.MAX_THREADS // 32 * (32 * tuning.SLABR_RU * row_bytes + 16)
 
 
 def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
                 max_grid, base, limits) -> GatherPlan:
     # Groups of outer rows as slabf's (_group_grid), each axis row staged at a
-    # pitch of _slabr_pitch bytes; blockIdx.x steps over the tiles of 32 x
-    # SLABR_RU output rows that meet the group's rows, a warp at a time.  At most
-    # SLABR_BLOCKS blocks per SM in all, the kernel's residency.  Row numbers
-    # reach one tile past the last row.
+    # pitch of _slabr_pitch bytes.  Tiles of 32 x SLABR_RU rows a warp, in one of
+    # two orders (kernels/gather.cuh): 0 steps over the output's tiles that meet
+    # the group's rows (row numbers reach one tile past the last row); 1 over
+    # tiles of index positions, each written to every outer row of the group,
+    # where a group has two outer rows or more and each at least
+    # SLABR_ORDER_PICKS picks.  At most SLABR_BLOCKS blocks per SM in all, the
+    # kernel's residency.
     axis_len = base["bounds"][0]
     units = row_bytes // unit
     rows = n_outer * n_idx
@@ -526,22 +539,29 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     tiles = cdiv(rows, tile)
     mname = index_math(max((tiles + 1) * tile, n_idx, n_outer), math_name)
     bits = 32 if mname == "fast32" else 64
-    row = axis_len * _slabr_pitch(row_bytes)  # staged bytes of one outer row
-    # a group's rows meet one tile more than they fill
-    group, grid = _group_grid(n_outer, row, _slabr_stage(limits, row_bytes),
-                              cdiv(cdiv(n_idx, tile), warps),
-                              tuning.SLABR_BLOCKS * limits.sm_count,
+    pitch = _slabr_pitch(row_bytes, unit)
+    row = axis_len * pitch  # staged bytes of one outer row
+    stage = _slabr_stage(limits, row_bytes)
+    bx = cdiv(cdiv(n_idx, tile), warps)  # blocks for one outer row's tiles
+    target = tuning.SLABR_BLOCKS * limits.sm_count
+    # order 0: a group's rows meet one tile more than they fill
+    group, grid = _group_grid(n_outer, row, stage, bx, target,
                               lambda g: cdiv(cdiv(g * n_idx, tile) + 1, warps), max_grid)
+    order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS)
+    if order:  # the same groups (group_blocks does not move them), bx blocks each
+        _, grid = _group_grid(n_outer, row, stage, bx, target, lambda g: bx, max_grid)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, total=rows * units,
                   chunks=tiles, n_div=make_divisor(max(n_idx, 1), bits),
-                  unit_div=make_divisor(units, bits), group=group, stage_unit=0)
-    shared = cdiv(group * row, 16) * 16 + warps * tile * row_bytes
+                  unit_div=make_divisor(units, bits), group=group, stage_unit=order)
+    shared = cdiv(group * row, 16) * 16 + _slabr_tiles(row_bytes)
     main = Launch(KernelKey("slabr", unit, index_dtype, mname, mode), fields, grid,
                   (tuning.MAX_THREADS, 1, 1), shared)
+    how = ("each tile's picks written to every outer row of the group" if order else
+           "tiles of the output")
     return GatherPlan(main=main, reason=f"{group} outer row(s) of {axis_len} rows of {row_bytes} B "
-                                        f"staged per block at a {_slabr_pitch(row_bytes)}-byte "
-                                        f"pitch; tiles of {tile} rows a warp, woven in shared "
-                                        f"memory into 16-byte chunks", **base)
+                                        f"staged per block at a {pitch}-byte pitch; {how}, "
+                                        f"{tile} rows a warp, woven in shared memory into 16-byte "
+                                        f"chunks", **base)
 
 
 def _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,

@@ -106,12 +106,17 @@ PACK_ILP = 2
 WEAVE_RU = 4
 WEAVE_LANES = 0
 WEAVE_BLOCKS = 4
-# slabr (rows of two units or more under 16 bytes from a staged table, tiles of
+# slabr (rows under 16 bytes from a staged table, tiles of
 # 32 x SLABR_RU rows a warp woven in shared memory): rows per lane, and the
 # __launch_bounds__ minimum resident blocks, which the grid fills once (a
 # block's stage and tiles take up to 24 KB + 15 KB of shared memory).
 SLABR_RU = 4
 SLABR_BLOCKS = 4
+# slabr's order 1 (a warp's picks written to every outer row of its group, each
+# index loaded once per group) where its groups have two outer rows or more and
+# each at least this many picks; below, order 0 (tiles of the whole output,
+# which pack the rows of several outer rows into one tile).
+SLABR_ORDER_PICKS = 1024
 # weave's edges, a probe setting (BENCHMARKS.md, "weave's edges"): 1 has a warp
 # read the two blocks holding the table's first and last bytes once, when a
 # tile first needs them, where 0 has each lane read such a block word by word

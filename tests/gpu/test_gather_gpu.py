@@ -81,6 +81,40 @@ def test_forced_variants(kind, math_name, mode):
     assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{plan.key}")
 
 
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("mode", MODES)
+def test_slabr_orders(order, mode, monkeypatch):
+    """slabr in both orders (tuning.SLABR_ORDER_PICKS moved so that each runs):
+    3-byte rows of outer rows not back to back, 150 picks each (every outer row
+    at another place in a 16-byte chunk); rows of one 2-byte unit, 1300 picks;
+    16 outer rows of 3-byte rows from a table one byte past an aligned address,
+    60000 int32 picks; against numpy.take, through the library's bind and launch."""
+    from cugather.plan import tuning
+    from cugather.runtime import run_plan
+    from cugather.validate import fill_bytes
+
+    monkeypatch.setattr(tuning, "SLABR_ORDER_PICKS", 1 if order else 1 << 40)
+    rng = np.random.default_rng(11 + order)
+    for shape, dtype, axis, picks, index_dtype in (((1200, 23, 3), "uint8", 1, 150, "int64"),
+                                                  ((700, 50), "int16", 1, 1300, "int64"),
+                                                  ((4, 4, 337, 3), "int8", 2, 60000, "int32")):
+        whole = random_data(rng, (shape[0] * 2,) + shape[1:], dtype) if picks == 150 else None
+        data = whole[::2] if whole is not None else random_data(rng, shape, dtype)
+        dev = cp.asarray(whole)[::2] if whole is not None else cp.asarray(data)
+        if shape[0] == 4:  # one byte past an aligned address
+            raw = cp.zeros(data.nbytes + 16, cp.uint8)
+            dev = raw[1:1 + data.nbytes].view(dtype).reshape(shape)
+            dev[...] = cp.asarray(data)
+        idx = random_indices(rng, (picks,), shape[axis], index_dtype, out_of_range=mode != "raise")
+        op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
+        plan = op.plan(dev, idx, kind="slabr")
+        assert plan.key.kind == "slabr" and plan.fields["group"] >= 2, plan.describe()
+        assert plan.fields["stage_unit"] == order, plan.describe()
+        fill = fill_bytes(-2, data.dtype) if mode == "fill" else None
+        got = run_plan(plan, dev, cp.asarray(idx), fill=fill)
+        assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{shape} {plan.key}")
+
+
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",
                                   "window", "pack", "weave", "slabr", "flat", "slabf", "flatv",
                                   "lean", "span", "strided"])

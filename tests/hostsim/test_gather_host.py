@@ -18,7 +18,8 @@ import cugather
 
 from cugather.compile import render
 from cugather.plan import tuning
-from cugather.plan.gather import GATHER_KINDS
+from cugather.plan.core import Operand, alignment
+from cugather.plan.gather import GATHER_KINDS, plan_gather
 from cugather.plan.keys import KernelKey, all_kernel_keys
 from cugather.plan.layout import ARGS_DTYPES, new_args
 from hostsim import build, keycases, runner
@@ -392,21 +393,30 @@ def test_weave_wider_units(dtype, units, mode):
     assert ran == [("weave", np.dtype(dtype).itemsize)], runner.last_launches()
 
 
-@pytest.mark.parametrize("row_bytes", range(2, 16))
+@pytest.mark.parametrize("row_bytes", range(1, 16))
 @pytest.mark.parametrize("mode", ["wrap", "fill", "raise"])
-def test_slabr_every_row_length_alignment_and_group(row_bytes, mode):
-    """The slabr kernel on rows of 2 to 15 bytes (staged at pitches of 4, 8 and
-    16 bytes) from tables at offsets 0, 3, 8 and 13 from a 16-byte boundary
-    (units of 1 byte; rows of one unit are refused): one outer slice over
-    several tiles; outer slices whose groups end mid-tile and mid-chunk on a grid
-    of two blocks in x and y; outer slices not back to back (staged row by row)
-    on a grid of one block, against numpy.take."""
-    rng = np.random.default_rng(row_bytes * 41 + ("wrap", "fill", "raise").index(mode))
+@pytest.mark.parametrize("order", [0, 1])
+def test_slabr_every_row_length_alignment_group_and_order(row_bytes, mode, order, monkeypatch):
+    """The slabr kernel on rows of 1 to 15 bytes (one unit staged at its size,
+    more at pitches of 4, 8 and 16 bytes) from tables at offsets 0, 3, 8 and 13
+    from a 16-byte boundary, int64 and int32 indices, against numpy.take.  Order 0 (tiles of the output):
+    one outer slice over several tiles; groups of outer slices that end mid-tile
+    and mid-chunk on a grid of two blocks in x and y; outer slices not back to
+    back (staged row by row) on a grid of one block.  Order 1 (a tile's picks
+    written to each outer row of its group; tuning.SLABR_ORDER_PICKS lowered):
+    groups of two outer rows of 13 picks, each tile partial, on a grid of two
+    blocks; groups of outer rows not back to back, 150 picks each (a full tile
+    and a partial one, every row at another place in a 16-byte chunk), on a grid
+    of three blocks that loops over groups and tiles."""
+    monkeypatch.setattr(tuning, "SLABR_ORDER_PICKS", 1 if order else 1 << 40)
+    rng = np.random.default_rng(row_bytes * 41 + ("wrap", "fill", "raise").index(mode) + 7 * order)
     n = 23
+    cases = ([((n, row_bytes), 0, 300, None, False), ((700, n, row_bytes), 1, 13, 2, False),
+              ((5, n, row_bytes), 1, 37, 1, True)] if order == 0 else
+             [((700, n, row_bytes), 1, 13, 2, False), ((600, n, row_bytes), 1, 150, 3, True)])
+    limits = runner.HOST.limits(runner.HOST_DEVICE)
     for shift in (0, 3, 8, 13):
-        for shape, axis, picks, grid, sliced in (((n, row_bytes), 0, 300, None, False),
-                                                 ((700, n, row_bytes), 1, 13, 2, False),
-                                                 ((5, n, row_bytes), 1, 37, 1, True)):
+        for shape, axis, picks, grid, sliced in cases:
             size = int(np.prod(shape))
             if sliced:  # every other outer slice of a table twice as long
                 raw = runner.device_empty((2 * size + 32,), np.uint8)
@@ -417,14 +427,17 @@ def test_slabr_every_row_length_alignment_and_group(row_bytes, mode):
                 data = raw[shift:shift + size].reshape(shape)
             data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
             lo, hi = (0, n) if mode == "raise" else (-n - 4 if mode == "fill" else -3 * n, 2 * n)
-            idx = rng.integers(lo, hi, size=picks)
-            if row_bytes in (2, 4) and shift % row_bytes == 0:  # one unit: not slabr's
-                with pytest.raises(ValueError, match=f"rows here are {row_bytes} B of "
-                                                     f"{row_bytes}-byte units"):
+            idx = rng.integers(lo, hi, size=picks).astype(np.int32 if shift % 2 else np.int64)
+            if row_bytes == 8 and shift % 8 == 0:  # one 8-byte unit
+                with pytest.raises(ValueError, match="units of at most 4 bytes, rows under 16 "
+                                                     "bytes .* rows here are 8 B of 8-byte units"):
                     runner.host_gather(data, idx, axis, mode=mode, kind="slabr")
                 continue
-            if row_bytes == 8 and shift % 8 == 0:
-                continue  # one 8-byte unit
+            operand = Operand(data.shape, data.strides, 1, alignment(data.ctypes.data))
+            p = plan_gather(operand, idx.shape, idx.dtype.name, axis, mode, limits=limits,
+                            kind="slabr", max_grid=grid)
+            assert p.fields["stage_unit"] == (order if p.fields["group"] >= 2 else 0), p.describe()
+            assert p.fields["group"] >= 2 or shape[0] == n or sliced, p.describe()
             got = runner.host_gather(data, idx, axis, mode=mode, fill_value=0xA5, kind="slabr",
                                      max_grid=grid)
             want = gather_ref(data, idx, axis, mode, 0xA5)

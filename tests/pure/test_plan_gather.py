@@ -477,36 +477,49 @@ def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_byt
 
 @pytest.mark.parametrize("shape,dtype,axis,unit,pitch", [
     ((5000, 3), "u1", 0, 1, 4), ((9, 500, 5), "f2", 1, 2, 16), ((37, 300, 3), "f4", 1, 4, 16),
-    ((4, 4, 337, 3), "u1", 2, 1, 4), ((6, 40, 7), "u1", 1, 1, 8)])
+    ((4, 4, 337, 3), "u1", 2, 1, 4), ((6, 40, 7), "u1", 1, 1, 8), ((22, 4, 3975), "i2", 2, 2, 2),
+    ((50, 700), "u1", 1, 1, 1), ((30, 900), "f4", 1, 4, 4)])
 def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis, unit, pitch):
-    """slabr: each group of outer rows fits the stage at the row's pitch (4, 8 or 16
-    bytes: the first power of two the row fits), the grid covers every group (y)
-    and at most SLABR_BLOCKS per SM (x times y, whole groups beyond that looping),
-    and shared memory holds the stage then a tile of 32 x SLABR_RU rows per warp;
-    the fields carry the output's units, tiles and the row's units."""
+    """slabr: each group of outer rows fits the stage at the row's pitch (a row of
+    one unit at its size, others the first power of two of 4, 8 or 16 bytes that
+    the row fits), the grid covers every group (y) and at most SLABR_BLOCKS per
+    SM (x times y, whole groups beyond that looping), and shared memory holds the
+    stage then a tile of 32 x SLABR_RU rows and 16 bytes per warp; the fields
+    carry the output's units, tiles, the row's units and the order: 1 (tiles of
+    index positions, each written to every outer row of its group, blocks of one
+    group for one outer row's tiles) where groups have two outer rows or more
+    and SLABR_ORDER_PICKS picks, else 0 (tiles of the output)."""
     from cugather.plan import tuning
 
     tile = 32 * tuning.SLABR_RU
-    row_bytes = shape[-1] * np.dtype(dtype).itemsize
+    row_bytes = math.prod(shape[axis + 1:]) * np.dtype(dtype).itemsize
     axis_len, n_outer = shape[axis], math.prod(shape[:axis])
-    for n_idx, grid_cap in ((7, None), (3001, None), (100000, 3)):
+    orders = set()
+    for n_idx, grid_cap in ((7, None), (1023, None), (3001, None), (100000, 3), (100000, None)):
         p = plan_of((shape, dtype), (n_idx,), axis=axis, kind="slabr", max_grid=grid_cap)
         f = p.fields
         group, warps = f["group"], p.block[0] // 32
+        order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS)
+        orders.add(order)
         assert (p.key.kind, p.key.unit) == ("slabr", unit) and p.block == (tuning.MAX_THREADS, 1, 1)
-        assert f["total"] == n_outer * n_idx * (row_bytes // unit) and f["stage_unit"] == 0
+        assert f["total"] == n_outer * n_idx * (row_bytes // unit) and f["stage_unit"] == order
         assert f["chunks"] == math.ceil(n_outer * n_idx / tile)
         assert f["unit_div"].d == row_bytes // unit and f["n_div"].d == n_idx
         assert 1 <= group <= n_outer and group * axis_len * pitch <= tuning.SLAB_MAX_STAGE
         stage = math.ceil(group * axis_len * pitch / 16) * 16
-        assert p.main.shared_mem == stage + warps * tile * row_bytes
+        assert p.main.shared_mem == stage + warps * (tile * row_bytes + 16)
         assert p.grid[1] == min(math.ceil(n_outer / group), grid_cap or 1 << 31)
         assert p.grid[0] * p.grid[1] <= max(p.grid[1], tuning.SLABR_BLOCKS * 132)
-        assert f"at a {pitch}-byte pitch; tiles of {tile} rows a warp" in p.describe()
-    for bad, why in ((((50, 4), "u1"), "rows here are 4 B of 4-byte units"),
-                     (((50, 16), "u1"), "rows here are 16 B of 16-byte units"),
+        if order:
+            assert p.grid[0] <= math.ceil(n_idx / tile / warps)
+        how = ("each tile's picks written to every outer row of the group" if order else
+               "tiles of the output")
+        assert f"at a {pitch}-byte pitch; {how}, {tile} rows a warp" in p.describe()
+    assert orders == ({0} if n_outer == 1 else {0, 1}), orders
+    for bad, why in ((((50, 16), "u1"), "rows here are 16 B of 16-byte units"),
                      (((50, 1), "f8"), "rows here are 8 B of 8-byte units")):
-        with pytest.raises(ValueError, match=f"'slabr' needs rows of two units or more .*{why}"):
+        with pytest.raises(ValueError, match=f"'slabr' needs units of at most 4 bytes, rows "
+                                             f"under 16 bytes .*{why}"):
             plan_of(bad, (7,), kind="slabr")
     with pytest.raises(ValueError, match="a 16-byte aligned output; .* out aligned to 8 B"):
         plan_of(((50, 7), "u1"), (7,), kind="slabr", out_align=8)
@@ -514,13 +527,17 @@ def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis,
     assert plan_of(((n, 7), "u1"), (7,), kind="slabr").fields["group"] == 1
     with pytest.raises(ValueError, match="its rows padded to 8 B; here it is 3073 rows of 7 B"):
         plan_of(((n + 1, 7), "u1"), (7,), kind="slabr")
+    n = tuning.SLAB_MAX_STAGE // 2  # a row of one 2-byte unit takes 2 bytes
+    assert plan_of(((n, 1), "i2"), (7,), kind="slabr").fields["group"] == 1
+    with pytest.raises(ValueError, match="its rows padded to 2 B; here it is 12289 rows of 2 B"):
+        plan_of(((n + 1, 1), "i2"), (7,), kind="slabr")
     # a block's stage and its warps' tiles share the block's shared memory: with
-    # 30 KB, 15-byte rows leave 30720 - 8 x 128 x 15 bytes to stage
+    # 30 KB, 15-byte rows leave 30720 - 8 x (128 x 15 + 16) bytes to stage
     small = DeviceLimits(132, 30 * 1024, "")
-    n = (30 * 1024 - 8 * 128 * 15) // 16
+    n = (30 * 1024 - 8 * (128 * 15 + 16)) // 16
     p = plan_of(((3, n, 15), "u1"), (7,), axis=1, kind="slabr", limits=small)
     assert p.main.shared_mem <= 30 * 1024 and p.fields["group"] == 1
-    with pytest.raises(ValueError, match="at most 15360 bytes to stage"):
+    with pytest.raises(ValueError, match="at most 15232 bytes to stage"):
         plan_of(((3, n + 1, 15), "u1"), (7,), axis=1, kind="slabr", limits=small)
     # rows 7 bytes apart in a wider array: the axis is not contiguous
     op = Operand((40, 7), (9, 1), 1, 16)
