@@ -1222,7 +1222,9 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
 //   written to every outer row of the group in turn (at the row's alignment,
 //   byte by byte at both ends).  The group's outer rows share the index loads:
 //   16 outer rows of a 57 MB int32 index array read it from DRAM 16 times in
-//   order 0.
+//   order 0.  The planner takes it where outer rows start 16-byte aligned or
+//   the indices are that large (tuning.SLABR_ORDER_*): a row that starts
+//   mid-chunk pays two bytewise chunks per tile.
 // weave reads a row as one or two 16-byte blocks through L1, a request per
 // row; a warp's 32 picks here are one shared load.  FlatArgs: total = outer *
 // n_indices * units, chunks = the output's tiles (order 0), unit_div = units

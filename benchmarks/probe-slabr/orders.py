@@ -13,8 +13,8 @@ of one 1-, 2- or 4-byte unit from the held-out sweeps where slab, slabw,
 slabf, flat or inner ran below or near a peer, and a ladder of pick counts
 per outer row (128 to 8192) that places tuning.SLABR_ORDER_PICKS.  For each:
 the device copy of the output bytes; the library's plan; slabr in order 0 and
-in order 1 (tuning.SLABR_ORDER_PICKS moved; order 1 needs groups of two outer
-rows or more); weave, flat, slabf, slab, slabw and inner forced where they
+in order 1 (tuning.SLABR_ORDER_PICKS and SLABR_ORDER_INDEX_BYTES moved; order
+1 needs groups of two outer rows or more); weave, flat, slabf, slab, slabw and inner forced where they
 apply; cupy.take, torch.index_select and jax.numpy.take.  Every result is
 checked bit for bit against cupy.take.  Medians of 30 calls between two
 events behind a holding kernel, microseconds.  PROBE_BUDGET_S stops after
@@ -85,7 +85,7 @@ def main():
     res, t0 = [], time.perf_counter()
     rt = cp.cuda.runtime
     limits = CUDA.limits(0)
-    shipped = tuning.SLABR_ORDER_PICKS
+    shipped = tuning.SLABR_ORDER_PICKS, tuning.SLABR_ORDER_INDEX_BYTES
     for shape, dtype, axis, ishape, idt, note, *offset in CASES:
         if time.perf_counter() - t0 > BUDGET_S:
             break
@@ -117,15 +117,15 @@ def main():
         row["plan"] = p.kind
         row["chosen_by"] = p.chosen_by
         timed(row, "plan", p, data, idx, ref)
-        for label, picks in (("o0", 1 << 62), ("o1", 1)):
-            tuning.SLABR_ORDER_PICKS = picks
+        for label, picks, index_bytes in (("o0", 1 << 62, 1 << 62), ("o1", 1, 0)):
+            tuning.SLABR_ORDER_PICKS, tuning.SLABR_ORDER_INDEX_BYTES = picks, index_bytes
             try:
                 q = plan("slabr")
                 row.setdefault("group", q.fields["group"])
                 if label == "o0" or q.fields["stage_unit"] == 1:
                     timed(row, label, q, data, idx, ref)
             finally:
-                tuning.SLABR_ORDER_PICKS = shipped
+                tuning.SLABR_ORDER_PICKS, tuning.SLABR_ORDER_INDEX_BYTES = shipped
         row["slabr_planned_order"] = plan("slabr").fields["stage_unit"]
         for kind in KINDS:
             try:

@@ -528,9 +528,10 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     # two orders (kernels/gather.cuh): 0 steps over the output's tiles that meet
     # the group's rows (row numbers reach one tile past the last row); 1 over
     # tiles of index positions, each written to every outer row of the group,
-    # where a group has two outer rows or more and each at least
-    # SLABR_ORDER_PICKS picks.  At most SLABR_BLOCKS blocks per SM in all, the
-    # kernel's residency.
+    # where a group has two outer rows or more, each SLABR_ORDER_PICKS picks or
+    # more, and the outer rows start 16-byte aligned or the indices are large
+    # (tuning.py).  At most SLABR_BLOCKS blocks per SM in all, the kernel's
+    # residency.
     axis_len = base["bounds"][0]
     units = row_bytes // unit
     rows = n_outer * n_idx
@@ -547,7 +548,10 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     # order 0: a group's rows meet one tile more than they fill
     group, grid = _group_grid(n_outer, row, stage, bx, target,
                               lambda g: cdiv(cdiv(g * n_idx, tile) + 1, warps), max_grid)
-    order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS)
+    order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS
+                and (n_idx * row_bytes % 16 == 0
+                     or n_idx * (4 if index_dtype == "int32" else 8)
+                     >= tuning.SLABR_ORDER_INDEX_BYTES))
     if order:  # the same groups (group_blocks does not move them), bx blocks each
         _, grid = _group_grid(n_outer, row, stage, bx, target, lambda g: bx, max_grid)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, total=rows * units,

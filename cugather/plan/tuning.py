@@ -113,10 +113,16 @@ WEAVE_BLOCKS = 4
 SLABR_RU = 4
 SLABR_BLOCKS = 4
 # slabr's order 1 (a warp's picks written to every outer row of its group, each
-# index loaded once per group) where its groups have two outer rows or more and
-# each at least this many picks; below, order 0 (tiles of the whole output,
-# which pack the rows of several outer rows into one tile).
+# index loaded once per group) where its groups have two outer rows or more,
+# each at least SLABR_ORDER_PICKS picks, and either every outer row starts its
+# output 16-byte aligned (picks x row bytes a multiple of 16) or the indices
+# take SLABR_ORDER_INDEX_BYTES or more (read from DRAM again by each outer row
+# in order 0).  Else order 0 (tiles of the whole output, which pack the rows of
+# several outer rows into one tile).  An outer row that starts mid-chunk has
+# each of its tiles stored byte by byte at both ends in order 1: 9241's
+# (683, 3, 1, 7) int8 axis 1 ran 0.67x order 0 (H100, BENCHMARKS.md).
 SLABR_ORDER_PICKS = 1024
+SLABR_ORDER_INDEX_BYTES = 32 << 20
 # weave's edges, a probe setting (BENCHMARKS.md, "weave's edges"): 1 has a warp
 # read the two blocks holding the table's first and last bytes once, when a
 # tile first needs them, where 0 has each lane read such a block word by word

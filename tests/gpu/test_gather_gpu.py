@@ -84,7 +84,7 @@ def test_forced_variants(kind, math_name, mode):
 @pytest.mark.parametrize("order", [0, 1])
 @pytest.mark.parametrize("mode", MODES)
 def test_slabr_orders(order, mode, monkeypatch):
-    """slabr in both orders (tuning.SLABR_ORDER_PICKS moved so that each runs):
+    """slabr in both orders (tuning.SLABR_ORDER_PICKS and SLABR_ORDER_INDEX_BYTES moved so that each runs):
     3-byte rows of outer rows not back to back, 150 picks each (every outer row
     at another place in a 16-byte chunk); rows of one 2-byte unit, 1300 picks;
     16 outer rows of 3-byte rows from a table one byte past an aligned address,
@@ -94,6 +94,7 @@ def test_slabr_orders(order, mode, monkeypatch):
     from cugather.validate import fill_bytes
 
     monkeypatch.setattr(tuning, "SLABR_ORDER_PICKS", 1 if order else 1 << 40)
+    monkeypatch.setattr(tuning, "SLABR_ORDER_INDEX_BYTES", 0 if order else 1 << 62)
     rng = np.random.default_rng(11 + order)
     for shape, dtype, axis, picks, index_dtype in (((1200, 23, 3), "uint8", 1, 150, "int64"),
                                                   ((700, 50), "int16", 1, 1300, "int64"),
@@ -106,13 +107,13 @@ def test_slabr_orders(order, mode, monkeypatch):
             dev = raw[1:1 + data.nbytes].view(dtype).reshape(shape)
             dev[...] = cp.asarray(data)
         idx = random_indices(rng, (picks,), shape[axis], index_dtype, out_of_range=mode != "raise")
-        op = cugather.GatherOp(axis, mode=mode, fill_value=-2)
+        op = cugather.GatherOp(axis, mode=mode, fill_value=3)
         plan = op.plan(dev, idx, kind="slabr")
         assert plan.key.kind == "slabr" and plan.fields["group"] >= 2, plan.describe()
         assert plan.fields["stage_unit"] == order, plan.describe()
-        fill = fill_bytes(-2, data.dtype) if mode == "fill" else None
+        fill = fill_bytes(3, data.dtype) if mode == "fill" else None
         got = run_plan(plan, dev, cp.asarray(idx), fill=fill)
-        assert_same(got.get(), gather_ref(data, idx, axis, mode, -2), f"{shape} {plan.key}")
+        assert_same(got.get(), gather_ref(data, idx, axis, mode, 3), f"{shape} {plan.key}")
 
 
 @pytest.mark.parametrize("kind", ["rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw",

@@ -403,12 +403,13 @@ def test_slabr_every_row_length_alignment_group_and_order(row_bytes, mode, order
     one outer slice over several tiles; groups of outer slices that end mid-tile
     and mid-chunk on a grid of two blocks in x and y; outer slices not back to
     back (staged row by row) on a grid of one block.  Order 1 (a tile's picks
-    written to each outer row of its group; tuning.SLABR_ORDER_PICKS lowered):
+    written to each outer row of its group; tuning.SLABR_ORDER_PICKS and SLABR_ORDER_INDEX_BYTES lowered):
     groups of two outer rows of 13 picks, each tile partial, on a grid of two
     blocks; groups of outer rows not back to back, 150 picks each (a full tile
     and a partial one, every row at another place in a 16-byte chunk), on a grid
     of three blocks that loops over groups and tiles."""
     monkeypatch.setattr(tuning, "SLABR_ORDER_PICKS", 1 if order else 1 << 40)
+    monkeypatch.setattr(tuning, "SLABR_ORDER_INDEX_BYTES", 0 if order else 1 << 62)
     rng = np.random.default_rng(row_bytes * 41 + ("wrap", "fill", "raise").index(mode) + 7 * order)
     n = 23
     cases = ([((n, row_bytes), 0, 300, None, False), ((700, n, row_bytes), 1, 13, 2, False),

@@ -487,8 +487,9 @@ def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis,
     stage then a tile of 32 x SLABR_RU rows and 16 bytes per warp; the fields
     carry the output's units, tiles, the row's units and the order: 1 (tiles of
     index positions, each written to every outer row of its group, blocks of one
-    group for one outer row's tiles) where groups have two outer rows or more
-    and SLABR_ORDER_PICKS picks, else 0 (tiles of the output)."""
+    group for one outer row's tiles) where groups have two outer rows or more,
+    SLABR_ORDER_PICKS picks, and outer rows that start 16-byte aligned or
+    SLABR_ORDER_INDEX_BYTES of indices, else 0 (tiles of the output)."""
     from cugather.plan import tuning
 
     tile = 32 * tuning.SLABR_RU
@@ -499,7 +500,9 @@ def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis,
         p = plan_of((shape, dtype), (n_idx,), axis=axis, kind="slabr", max_grid=grid_cap)
         f = p.fields
         group, warps = f["group"], p.block[0] // 32
-        order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS)
+        order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS
+                    and (n_idx * row_bytes % 16 == 0
+                         or 8 * n_idx >= tuning.SLABR_ORDER_INDEX_BYTES))
         orders.add(order)
         assert (p.key.kind, p.key.unit) == ("slabr", unit) and p.block == (tuning.MAX_THREADS, 1, 1)
         assert f["total"] == n_outer * n_idx * (row_bytes // unit) and f["stage_unit"] == order
