@@ -1204,11 +1204,11 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
 }
 
 // ---------------------------------------------------------------------------
-// slabr: rows of fewer than 16 bytes (units of 1, 2 or 4 bytes), from a table
-// whose axis rows fit several to a block in shared memory.  blockIdx.y takes a
-// group of `group` outer rows and stages it once, each row of the axis padded
-// to a pitch of 4, 8 or 16 bytes (the first power of two it fits; a row of one
-// unit keeps its size), so that a pick is one aligned shared load.  A warp
+// slabr: rows of two units or more (of 1, 2 or 4 bytes) and fewer than 16
+// bytes, from a table whose axis rows fit several to a block in shared memory.
+// blockIdx.y takes a group of `group` outer rows and stages it once, each row
+// of the axis padded to a pitch of 4, 8 or 16 bytes (the first power of two it
+// fits), so that a pick is one aligned shared load.  A warp
 // takes tiles of 32 x CG_SLABR_RU output rows: lane l loads the indices of tile
 // rows k * 32 + l (each load coalesced), all before any row, picks the rows
 // from the stage, writes their units into the warp's tile in shared memory at
@@ -1234,10 +1234,10 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
-// The pitch of a staged row of `rb` bytes (1 to 15) in `units` units.
-__host__ __device__ constexpr u32 slabr_pitch(u32 rb, u32 units)
+// The pitch of a staged row of `rb` bytes (2 to 15).
+__host__ __device__ constexpr u32 slabr_pitch(u32 rb)
 {
-    return units == 1 ? rb : rb <= 4 ? 4u : rb <= 8 ? 8u : 16u;
+    return rb <= 4 ? 4u : rb <= 8 ? 8u : 16u;
 }
 
 // Stage outer rows o0 .. o0 + g - 1 (axis rows of `units` units, s_axis apart:
@@ -1276,15 +1276,11 @@ __device__ __forceinline__ void slabr_stage(const FlatArgs& a, u64 o0, u32 g, u3
     }
 }
 
-// The staged row at p (pitch bytes, a row of `units` units of U) in a uint4.
-template <class U>
-__device__ __forceinline__ uint4 slabr_pick(const unsigned char* p, u32 pitch, u32 units)
+// The staged row at p (pitch bytes) in a uint4.
+__device__ __forceinline__ uint4 slabr_pick(const unsigned char* p, u32 pitch)
 {
     uint4 w;
-    if (units == 1) {
-        const U u = *(const U*)p;
-        memcpy(&w, &u, sizeof(U));
-    } else if (pitch == 4) {
+    if (pitch == 4) {
         w.x = *(const u32*)p;
     } else if (pitch == 8) {
         const uint2 h = *(const uint2*)p;
@@ -1345,7 +1341,7 @@ __device__ __forceinline__ void slabr_groups(const FlatArgs& a)
     const u32 lane = threadIdx.x & 31;
     const u32 units = (u32)a.unit_div.d;
     const u32 rb = units * (u32)sizeof(U);
-    const u32 pitch = slabr_pitch(rb, units);
+    const u32 pitch = slabr_pitch(rb);
     const u32 axis_len = (u32)a.axis_len;  // the planner stages at least one outer row
     const Ix n_idx = (Ix)a.n_div.d, group = (Ix)a.group;
     const Ix outer = (Ix)(a.total / ((u64)n_idx * units));
@@ -1385,7 +1381,7 @@ __device__ __forceinline__ void slabr_groups(const FlatArgs& a)
                         const u32 r = 32 * k + lane;
                         if (r >= rows) break;
                         const uint4 w = at[k] == ~0u ? fill_unit<uint4>(a.fill)
-                                                     : slabr_pick<U>(row0 + at[k], pitch, units);
+                                                     : slabr_pick(row0 + at[k], pitch);
                         slabr_put<U>(tile + sh + r * rb, w, units);
                     }
                     __syncwarp();
@@ -1419,8 +1415,7 @@ __device__ __forceinline__ void slabr_groups(const FlatArgs& a)
                     uint4 w = fill_unit<uint4>(a.fill);
                     // staged offsets fit in u32: a group is at most tuning.SLAB_MAX_STAGE bytes
                     if (in[k] && resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)nn[k]))
-                        w = slabr_pick<U>(stage + (oo[k] * axis_len + (u32)i) * pitch, pitch,
-                                          units);
+                        w = slabr_pick(stage + (oo[k] * axis_len + (u32)i) * pitch, pitch);
                     slabr_put<U>(tile + (32 * k + lane) * rb, w, units);
                 }
                 __syncwarp();

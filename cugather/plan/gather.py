@@ -269,20 +269,16 @@ def _unmet(kind: str, row_bytes: int, unit: int, axis_len: int, s_axis: int,
     if kind == "pack" and not (3 <= row_bytes < 16 and out_align >= 16):
         return (f"rows of 3 to 15 bytes and a 16-byte aligned output; rows here are "
                 f"{row_bytes} B, out aligned to {out_align} B")
-    if kind == "weave" and not (unit <= 4 and unit < row_bytes < 16 and out_align >= 16):
+    if kind in ("weave", "slabr") and not (unit <= 4 and unit < row_bytes < 16
+                                           and out_align >= 16):
         return (f"rows of two units or more of at most 4 bytes, under 16 bytes, and a 16-byte "
                 f"aligned output; rows here are {row_bytes} B of {unit}-byte units, out aligned "
                 f"to {out_align} B")
-    if kind == "slabr" and not (unit <= 4 and row_bytes < 16 and out_align >= 16):
-        return (f"units of at most 4 bytes, rows under 16 bytes and a 16-byte aligned output; "
-                f"rows here are {row_bytes} B of {unit}-byte units, out aligned to {out_align} B")
-    if kind == "slabr" and (s_axis not in (0, row_bytes)
-                            or axis_len * _slabr_pitch(row_bytes, unit)
+    if kind == "slabr" and (s_axis not in (0, row_bytes) or axis_len * _slabr_pitch(row_bytes)
                             > _slabr_stage(limits, row_bytes)):
         return (f"a contiguous gathered axis of at most {_slabr_stage(limits, row_bytes)} bytes "
-                f"to stage in shared memory, its rows padded to "
-                f"{_slabr_pitch(row_bytes, unit)} B; here it is {axis_len} rows of {row_bytes} B, "
-                f"{s_axis} B apart")
+                f"to stage in shared memory, its rows padded to {_slabr_pitch(row_bytes)} B; "
+                f"here it is {axis_len} rows of {row_bytes} B, {s_axis} B apart")
     if kind == "slabf" and (s_axis not in (0, row_bytes)
                             or axis_len * row_bytes > _slab_stage(limits)):
         return (f"a contiguous gathered axis of at most {_slab_stage(limits)} bytes to stage "
@@ -503,10 +499,9 @@ def _group_grid(n_outer: int, row: int, stage: int, bx: int, target: int,
     return group, (grid_x, grid_y, 1)
 
 
-def _slabr_pitch(row_bytes: int, unit: int) -> int:
+def _slabr_pitch(row_bytes: int) -> int:
     """Bytes a staged row of the slabr kernel takes (kernels/gather.cuh slabr_pitch)."""
-    return (row_bytes if row_bytes == unit else 4 if row_bytes <= 4 else 8 if row_bytes <= 8
-            else 16)
+    return 4 if row_bytes <= 4 else 8 if row_bytes <= 8 else 16
 
 
 def _slabr_stage(limits: DeviceLimits, row_bytes: int) -> int:
@@ -540,7 +535,7 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     tiles = cdiv(rows, tile)
     mname = index_math(max((tiles + 1) * tile, n_idx, n_outer), math_name)
     bits = 32 if mname == "fast32" else 64
-    pitch = _slabr_pitch(row_bytes, unit)
+    pitch = _slabr_pitch(row_bytes)
     row = axis_len * pitch  # staged bytes of one outer row
     stage = _slabr_stage(limits, row_bytes)
     bx = cdiv(cdiv(n_idx, tile), warps)  # blocks for one outer row's tiles

@@ -106,7 +106,7 @@ PACK_ILP = 2
 WEAVE_RU = 4
 WEAVE_LANES = 0
 WEAVE_BLOCKS = 4
-# slabr (rows under 16 bytes from a staged table, tiles of
+# slabr (rows of two units or more under 16 bytes from a staged table, tiles of
 # 32 x SLABR_RU rows a warp woven in shared memory): rows per lane, and the
 # __launch_bounds__ minimum resident blocks, which the grid fills once (a
 # block's stage and tiles take up to 24 KB + 15 KB of shared memory).

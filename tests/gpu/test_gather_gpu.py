@@ -86,7 +86,7 @@ def test_forced_variants(kind, math_name, mode):
 def test_slabr_orders(order, mode, monkeypatch):
     """slabr in both orders (tuning.SLABR_ORDER_PICKS and SLABR_ORDER_INDEX_BYTES moved so that each runs):
     3-byte rows of outer rows not back to back, 150 picks each (every outer row
-    at another place in a 16-byte chunk); rows of one 2-byte unit, 1300 picks;
+    at another place in a 16-byte chunk); rows of three 2-byte units, 1300 picks;
     16 outer rows of 3-byte rows from a table one byte past an aligned address,
     60000 int32 picks; against numpy.take, through the library's bind and launch."""
     from cugather.plan import tuning
@@ -97,7 +97,7 @@ def test_slabr_orders(order, mode, monkeypatch):
     monkeypatch.setattr(tuning, "SLABR_ORDER_INDEX_BYTES", 0 if order else 1 << 62)
     rng = np.random.default_rng(11 + order)
     for shape, dtype, axis, picks, index_dtype in (((1200, 23, 3), "uint8", 1, 150, "int64"),
-                                                  ((700, 50), "int16", 1, 1300, "int64"),
+                                                  ((700, 50, 3), "int16", 1, 1300, "int64"),
                                                   ((4, 4, 337, 3), "int8", 2, 60000, "int32")):
         whole = random_data(rng, (shape[0] * 2,) + shape[1:], dtype) if picks == 150 else None
         data = whole[::2] if whole is not None else random_data(rng, shape, dtype)

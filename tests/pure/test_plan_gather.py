@@ -477,12 +477,11 @@ def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_byt
 
 @pytest.mark.parametrize("shape,dtype,axis,unit,pitch", [
     ((5000, 3), "u1", 0, 1, 4), ((9, 500, 5), "f2", 1, 2, 16), ((37, 300, 3), "f4", 1, 4, 16),
-    ((4, 4, 337, 3), "u1", 2, 1, 4), ((6, 40, 7), "u1", 1, 1, 8), ((22, 4, 3975), "i2", 2, 2, 2),
-    ((50, 700), "u1", 1, 1, 1), ((30, 900), "f4", 1, 4, 4)])
+    ((4, 4, 337, 3), "u1", 2, 1, 4), ((6, 40, 7), "u1", 1, 1, 8), ((22, 4, 200, 3), "i2", 2, 2, 8),
+    ((30, 90, 3), "f4", 1, 4, 16)])
 def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis, unit, pitch):
-    """slabr: each group of outer rows fits the stage at the row's pitch (a row of
-    one unit at its size, others the first power of two of 4, 8 or 16 bytes that
-    the row fits), the grid covers every group (y) and at most SLABR_BLOCKS per
+    """slabr: each group of outer rows fits the stage at the row's pitch (4, 8 or 16
+    bytes: the first power of two the row fits), the grid covers every group (y) and at most SLABR_BLOCKS per
     SM (x times y, whole groups beyond that looping), and shared memory holds the
     stage then a tile of 32 x SLABR_RU rows and 16 bytes per warp; the fields
     carry the output's units, tiles, the row's units and the order: 1 (tiles of
@@ -519,10 +518,10 @@ def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis,
                "tiles of the output")
         assert f"at a {pitch}-byte pitch; {how}, {tile} rows a warp" in p.describe()
     assert orders == ({0} if n_outer == 1 else {0, 1}), orders
-    for bad, why in ((((50, 16), "u1"), "rows here are 16 B of 16-byte units"),
+    for bad, why in ((((50, 4), "u1"), "rows here are 4 B of 4-byte units"),
+                     (((50, 16), "u1"), "rows here are 16 B of 16-byte units"),
                      (((50, 1), "f8"), "rows here are 8 B of 8-byte units")):
-        with pytest.raises(ValueError, match=f"'slabr' needs units of at most 4 bytes, rows "
-                                             f"under 16 bytes .*{why}"):
+        with pytest.raises(ValueError, match=f"'slabr' needs rows of two units or more .*{why}"):
             plan_of(bad, (7,), kind="slabr")
     with pytest.raises(ValueError, match="a 16-byte aligned output; .* out aligned to 8 B"):
         plan_of(((50, 7), "u1"), (7,), kind="slabr", out_align=8)
@@ -530,10 +529,6 @@ def test_slabr_stages_groups_at_a_pitch_and_tiles_the_output(shape, dtype, axis,
     assert plan_of(((n, 7), "u1"), (7,), kind="slabr").fields["group"] == 1
     with pytest.raises(ValueError, match="its rows padded to 8 B; here it is 3073 rows of 7 B"):
         plan_of(((n + 1, 7), "u1"), (7,), kind="slabr")
-    n = tuning.SLAB_MAX_STAGE // 2  # a row of one 2-byte unit takes 2 bytes
-    assert plan_of(((n, 1), "i2"), (7,), kind="slabr").fields["group"] == 1
-    with pytest.raises(ValueError, match="its rows padded to 2 B; here it is 12289 rows of 2 B"):
-        plan_of(((n + 1, 1), "i2"), (7,), kind="slabr")
     # a block's stage and its warps' tiles share the block's shared memory: with
     # 30 KB, 15-byte rows leave 30720 - 8 x (128 x 15 + 16) bytes to stage
     small = DeviceLimits(132, 30 * 1024, "")

@@ -107,11 +107,11 @@ CANDIDATES = {
     "weave": [Geometry((50, 3), 0, (1300,)), Geometry((3, 40, 3), 1, (30, 13), max_grid=1)],
     # rows of 3 units from staged groups: groups of outer rows whose tiles cross
     # the groups' edges, two blocks looping over them; one block looping over
-    # tiles; order 1 (groups of two outer rows of 1030 picks) on rows of 3 units
-    # and of one
+    # tiles; order 1 (groups of two outer rows of 1040 picks, each starting
+    # 16-byte aligned)
     "slabr": [Geometry((2200, 3, 3), 1, (11,), max_grid=2), Geometry((3, 40, 3), 1, (1300,),
                                                                      max_grid=1),
-              Geometry((300, 20, 3), 1, (1030,)), Geometry((300, 20), 1, (1030,))],
+              Geometry((300, 20, 3), 1, (1040,))],
     "flat": [Geometry((50, 7), 0, (1300,)), Geometry((3, 40, 5), 1, (20, 11), max_grid=1),
              Geometry((6, 30), 1, (50,))],
     # groups of three outer rows (2200 of them fill the GPU) whose output no chunk
