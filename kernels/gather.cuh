@@ -96,8 +96,8 @@ struct FlatArgs {
     u64 chunks;      // ceil(total / flat_units<U>())
     Divisor n_div;   // n_indices, splits a row into (outer, index position)
     Divisor unit_div; // units per row, splits a flat unit position into (row, unit)
-    u32 group;       // slabf: outer rows staged per block (0 for the other kinds)
-    u32 stage_unit;  // slabf: bytes per staging load
+    u32 group;       // slabf, slabr: outer rows staged per block (0 for the other kinds)
+    u32 stage_unit;  // slabf: bytes per staging load; slabr: its order (0 or 1)
     u64 fill[2];
 };
 

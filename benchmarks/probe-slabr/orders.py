@@ -10,8 +10,10 @@ group loads every index again; order 1 loads a tile of index positions once
 and writes it to every outer row of the group.  Cases: the held-out sweeps'
 short-row losses that slabr applies to (benchmarks/probe-weave's sets), rows
 of one 1-, 2- or 4-byte unit from the held-out sweeps where slab, slabw,
-slabf, flat or inner ran below or near a peer, and a ladder of pick counts
-per outer row (128 to 8192) that places tuning.SLABR_ORDER_PICKS.  For each:
+slabf, flat or inner ran below or near a peer (set "one": the first build,
+orders-first-h100.json, staged such rows; slabr refuses them since, and the
+script skips what slabr does not apply to), and a ladder of pick counts per
+outer row (128 to 8192) that places tuning.SLABR_ORDER_PICKS.  For each:
 the device copy of the output bytes; the library's plan; slabr in order 0 and
 in order 1 (tuning.SLABR_ORDER_PICKS and SLABR_ORDER_INDEX_BYTES moved; order
 1 needs groups of two outer rows or more); weave, flat, slabf, slab, slabw and inner forced where they
