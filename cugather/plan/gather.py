@@ -340,8 +340,7 @@ def _choose(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx
     kind, why = _rule(limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, out_align)
     if tab is None:
         return kind, None, why + (f" (no tuning table for {limits.arch})" if limits.arch else "")
-    feats = table.features(row_bytes, unit, n_outer, n_idx, axis_len,
-                           4 if index_dtype == "int32" else 8)
+    feats = table.features(row_bytes, unit, n_outer, n_idx, axis_len, _index_bytes(index_dtype))
     choice, why_not = tab.lookup(feats)
     if choice is None:
         return kind, None, why + (f" (the {tab.arch} tuning table leaves this geometry to them: "
@@ -482,6 +481,11 @@ def _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dt
                                         f"shared memory into 16-byte chunks", **base)
 
 
+def _index_bytes(index_dtype: str) -> int:
+    """Bytes of one index of ``index_dtype`` (int32 or int64)."""
+    return 4 if index_dtype == "int32" else 8
+
+
 def _group_grid(n_outer: int, row: int, stage: int, bx: int, target: int,
                 group_blocks: Callable[[int], int], max_grid: Optional[int]
                 ) -> Tuple[int, Tuple[int, int, int]]:
@@ -540,15 +544,18 @@ def _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, m
     stage = _slabr_stage(limits, row_bytes)
     bx = cdiv(cdiv(n_idx, tile), warps)  # blocks for one outer row's tiles
     target = tuning.SLABR_BLOCKS * limits.sm_count
-    # order 0: a group's rows meet one tile more than they fill
+
+    def order_of(group: int) -> int:
+        return int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS
+                   and (n_idx * row_bytes % 16 == 0
+                        or n_idx * _index_bytes(index_dtype) >= tuning.SLABR_ORDER_INDEX_BYTES))
+
+    # a group's blocks: order 1's cover one outer row's tiles; order 0's the
+    # group's rows, which meet one tile more than they fill
     group, grid = _group_grid(n_outer, row, stage, bx, target,
-                              lambda g: cdiv(cdiv(g * n_idx, tile) + 1, warps), max_grid)
-    order = int(group >= 2 and n_idx >= tuning.SLABR_ORDER_PICKS
-                and (n_idx * row_bytes % 16 == 0
-                     or n_idx * (4 if index_dtype == "int32" else 8)
-                     >= tuning.SLABR_ORDER_INDEX_BYTES))
-    if order:  # the same groups (group_blocks does not move them), bx blocks each
-        _, grid = _group_grid(n_outer, row, stage, bx, target, lambda g: bx, max_grid)
+                              lambda g: bx if order_of(g) else cdiv(cdiv(g * n_idx, tile) + 1,
+                                                                    warps), max_grid)
+    order = order_of(group)
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, total=rows * units,
                   chunks=tiles, n_div=make_divisor(max(n_idx, 1), bits),
                   unit_div=make_divisor(units, bits), group=group, stage_unit=order)
