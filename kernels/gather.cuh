@@ -629,31 +629,33 @@ __device__ __forceinline__ u32 merge_word(u32 x, u32 y, u32 n, u32 first)
     return (x & m) | (y & ~m);
 }
 
-// Address of row R's first byte, 0 when the row takes the fill value.
-template <class Idx, class M, int MODE>
+// Address of row R's first byte, 0 when the row takes the fill value.  BCAST
+// (bcastw): the axis has length 1 and every index resolves to 0, unread.
+template <class Idx, class M, int MODE, bool BCAST = false>
 __device__ __forceinline__ u64 window_row(const WindowArgs& a, typename M::Ix row)
 {
     typedef typename M::Ix Ix;
     Ix o, n;
     divmod<M>(a.n_div, row, o, n);
+    if (BCAST) return (u64)(a.data + (i64)o * a.s_outer);
     i64 i = load_index((const Idx*)a.indices + n);
     if (!resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n)) return 0;
     return (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis);
 }
 
-template <class Idx, class M, int MODE>
+template <class Idx, class M, int MODE, bool BCAST = false>
 __device__ __forceinline__ uint4 window_chunk(const WindowArgs& a, typename M::Ix c, u64 lo,
                                               u64 hi, const uint4 fillv)
 {
     typedef typename M::Ix Ix;
     Ix row, off;
     divmod<M>(a.row_div, c * 16, row, off);
-    const u64 src = window_row<Idx, M, MODE>(a, row);
+    const u64 src = window_row<Idx, M, MODE, BCAST>(a, row);
     uint4 v = (!may_skip<MODE>() || src) ? load_window(src + off, lo, hi) : fillv;
     const u64 left = a.row_bytes - (u64)off;  // bytes of this row in the chunk, if < 16
     if (left < 16 && (u64)row + 1 < a.rows) {
         // the next row's window starts `left` bytes early, so its bytes line up
-        const u64 next = window_row<Idx, M, MODE>(a, row + 1);
+        const u64 next = window_row<Idx, M, MODE, BCAST>(a, row + 1);
         const uint4 w = (!may_skip<MODE>() || next) ? load_window(next - left, lo, hi) : fillv;
         const u32 n = (u32)left;
         v.x = merge_word(v.x, w.x, n, 0);
@@ -738,7 +740,7 @@ __device__ __forceinline__ uint4 pack_chunk(const WindowArgs& a, typename M::Ix 
     return v;
 }
 
-template <class U, class Idx, class M, int MODE, bool PACK = false>
+template <class U, class Idx, class M, int MODE, bool PACK = false, bool BCAST = false>
 __device__ __forceinline__ void gather_window(const WindowArgs& a)
 {
     typedef typename M::Ix Ix;
@@ -757,7 +759,7 @@ __device__ __forceinline__ void gather_window(const WindowArgs& a)
             const Ix c = base + (Ix)k * bs;
             v[k] = c >= chunks ? fillv
                    : PACK  ? pack_chunk<Idx, M, MODE>(a, c, lo, hi, fillv)
-                           : window_chunk<Idx, M, MODE>(a, c, lo, hi, fillv);
+                           : window_chunk<Idx, M, MODE, BCAST>(a, c, lo, hi, fillv);
         }
 #pragma unroll
         for (int k = 0; k < ILP; ++k) {
@@ -1563,6 +1565,20 @@ __device__ __forceinline__ void gather_bcast(const FlatArgs& a)
                 if (g0 + (Ix)k < total) store_stream((U*)a.out + g0 + k, v[k]);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// bcastw: bcast for rows of 16 bytes or more whose unit is narrow (a row length
+// or table not 16-byte aligned): window's 16-byte output chunks, each part read
+// as two aligned 16-byte blocks of the outer slice's row and shifted into
+// place, with no index read (window_row<..., BCAST>).  bcast moves a 1-byte
+// unit row as one byte load per output byte and 8-byte stores.  WindowArgs, as
+// window; one build, "wrap", serves wrap and clip.
+// ---------------------------------------------------------------------------
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_bcastw(const WindowArgs& a)
+{
+    gather_window<U, Idx, M, MODE, false, true>(a);
 }
 
 // ---------------------------------------------------------------------------

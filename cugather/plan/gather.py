@@ -24,8 +24,9 @@ __all__ = ["GatherPlan", "plan_gather", "GATHER_KINDS"]
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
                 "weave", "slabr", "flat", "slabf", "flatv", "span", "lean", "strided")
 #: Kernel modes in which an axis of length 1 resolves every index to 0: the
-#: planner then takes the ``bcast`` kind, which reads no index.
+#: planner then takes the ``bcast`` kind (or ``bcastw``), which reads no index.
 BCAST_MODES = ("wrap", "clip", "clip_numpy")
+BCAST_KINDS = ("bcast", "bcastw")
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,8 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
                 bounds=(axis_len,), check=check)
     if out_size == 0:
         return GatherPlan(**base)
-    if kind is not None and kind not in GATHER_KINDS + ("bcast",):
-        raise ValueError(f"kind must be one of {GATHER_KINDS + ('bcast',)}, got {kind!r}")
+    if kind is not None and kind not in GATHER_KINDS + BCAST_KINDS:
+        raise ValueError(f"kind must be one of {GATHER_KINDS + BCAST_KINDS}, got {kind!r}")
 
     outer = merge_dims(data.dims(0, axis))
     inner = merge_dims(data.dims(axis + 1) + [(data.itemsize, 1)])
@@ -139,10 +140,10 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
     unit = unit_for(row_bytes, data.align, out_align, s_outer, s_axis)
     units = row_bytes // unit
     rows = n_outer * n_idx
-    if kind == "bcast" or (not forced and axis_len == 1 and mode in BCAST_MODES
-                           and out_align >= 16):
-        return _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode,
-                           out_align, math_name, max_grid or GRID_X_MAX, base, limits, forced)
+    if kind in BCAST_KINDS or (not forced and axis_len == 1 and mode in BCAST_MODES
+                               and out_align >= 16):
+        return _plan_bcast(kind, data, unit, row_bytes, n_outer, s_outer, n_idx, index_dtype,
+                           mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
     if not forced:
         kind, row_unroll, base["chosen_by"] = _choose(
             limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, index_dtype, out_align)
@@ -161,8 +162,11 @@ def plan_gather(data: Operand, indices_shape: tuple, index_dtype: str, axis: int
         return _plan_slabr(unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                            math_name, max_grid, base, limits)
     if kind in ("window", "pack"):
-        return _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype,
-                            mode, out_align, math_name, max_grid or GRID_X_MAX, base, limits)
+        main = _window_launch(kind, data, row_bytes, n_outer, s_outer, s_axis, axis_len, n_idx,
+                              index_dtype, mode, math_name, max_grid or GRID_X_MAX, limits)
+        return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {main.fields['chunks']} "
+                                            f"16-byte chunks, {_window_ilp(kind)} per thread",
+                          **base)
 
     if kind in ("flat", "flatv", "lean"):
         return _plan_flat(kind, unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
@@ -435,26 +439,28 @@ def _plan_strided(data, outer, inner, s_axis, n_idx, index_dtype, mode, out_alig
                       **base)
 
 
-def _plan_window(kind, data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
-                 out_align, math_name, grid_cap, base, limits) -> GatherPlan:
+def _window_ilp(kind: str) -> int:
+    return tuning.PACK_ILP if kind == "pack" else tuning.WINDOW_ILP
+
+
+def _window_launch(kind, data, row_bytes, n_outer, s_outer, s_axis, axis_len, n_idx, index_dtype,
+                   mode, math_name, grid_cap, limits) -> Launch:
     # 16-byte chunks of the output (plan_gather checked _unmet): the row length
     # needs no alignment, the output's base does (16-byte stores); a chunk spans
-    # at most two rows (window) or tuning.PACK_ROWS (pack).
+    # at most two rows (window, bcastw) or tuning.PACK_ROWS (pack).
     rows = n_outer * n_idx
     out_bytes = rows * row_bytes
     chunks = cdiv(out_bytes, 16)
     mname = index_math(max(out_bytes, rows, n_idx, n_outer), math_name)
     bits = 32 if mname == "fast32" else 64
     lo, hi = data.extent()
-    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
+    fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=axis_len, rows=rows,
                   row_bytes=row_bytes, out_bytes=out_bytes, chunks=chunks, lo=lo, hi=hi,
                   n_div=make_divisor(max(n_idx, 1), bits), row_div=make_divisor(row_bytes, bits))
-    ilp = tuning.PACK_ILP if kind == "pack" else tuning.WINDOW_ILP
+    ilp = _window_ilp(kind)
     threads = _spread(cdiv(chunks, ilp), tuning.MAX_THREADS, limits)
     grid = (min(cdiv(chunks, threads * ilp), grid_cap), 1, 1)
-    main = Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
-    return GatherPlan(main=main, reason=f"rows of {row_bytes} B as {chunks} 16-byte chunks, "
-                                        f"{ilp} per thread", **base)
+    return Launch(KernelKey(kind, 16, index_dtype, mname, mode), fields, grid, (threads, 1, 1))
 
 
 def _plan_weave(data, unit, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
@@ -623,15 +629,34 @@ def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
                                         f"as {per * unit}-byte chunks", **base)
 
 
-def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out_align,
-                math_name, grid_cap, base, limits, forced) -> GatherPlan:
-    # flat's chunks over the output (plan_gather: rows contiguous, outer slices
-    # one stride apart); the unit at most 8 bytes, as flat's.
+def _plan_bcast(kind, data, unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode,
+                out_align, math_name, grid_cap, base, limits) -> GatherPlan:
+    # Rows contiguous, outer slices one stride apart (plan_gather).  bcast: flat's
+    # chunks over the output, the unit at most 8 bytes, as flat's; bcastw:
+    # window's 16-byte chunks, for rows of 16 bytes or more in narrow units.
     axis_len = base["bounds"][0]
     if axis_len != 1 or mode not in BCAST_MODES or out_align < 16:
-        raise ValueError(f"kernel kind 'bcast' needs an axis of length 1 in wrap or clip mode "
-                         f"and a 16-byte aligned output; here the axis has length {axis_len}, "
-                         f"mode {mode!r}, out aligned to {out_align} B")
+        raise ValueError(f"kernel kind {kind or 'bcast'!r} needs an axis of length 1 in wrap or "
+                         f"clip mode and a 16-byte aligned output; here the axis has length "
+                         f"{axis_len}, mode {mode!r}, out aligned to {out_align} B")
+    if kind is None:
+        wide = row_bytes >= 16 and unit <= tuning.BCASTW_MAX_UNIT
+        kind = "bcastw" if wide else "bcast"
+        base = dict(base, chosen_by="rule: an axis of length 1 in wrap or clip mode resolves "
+                                    "every index to 0; its indices need not be read" +
+                                    (f" (rows of 16 B or more in units of at most "
+                                     f"{tuning.BCASTW_MAX_UNIT} B: bcastw)" if wide else ""))
+    if kind == "bcastw":
+        if row_bytes < 16:
+            raise ValueError(f"kernel kind 'bcastw' needs rows of 16 bytes or more; rows here "
+                             f"are {row_bytes} B")
+        main = _window_launch("bcastw", data, row_bytes, n_outer, s_outer, 0, 1, n_idx,
+                              index_dtype, "wrap", math_name, grid_cap, limits)
+        return GatherPlan(main=main, reason=f"the {row_bytes} B row of each of {n_outer} outer "
+                                            f"slice(s) repeated {n_idx} times as "
+                                            f"{main.fields['chunks']} 16-byte chunks, each "
+                                            f"shifted from two aligned blocks; no index read",
+                          **base)
     unit = min(unit, 8)
     units = row_bytes // unit
     per = _flat_per(unit)
@@ -641,9 +666,6 @@ def _plan_bcast(unit, row_bytes, n_outer, s_outer, n_idx, index_dtype, mode, out
     grid = (min(cdiv(chunks, threads), grid_cap), 1, 1)
     main = Launch(KernelKey("bcast", unit, index_dtype, mname, "wrap"), fields, grid,
                   (threads, 1, 1))
-    if not forced:
-        base = dict(base, chosen_by="rule: an axis of length 1 in wrap or clip mode resolves "
-                                    "every index to 0; its indices need not be read")
     return GatherPlan(main=main, reason=f"the {row_bytes} B row of each of {n_outer} outer "
                                         f"slice(s) repeated {n_idx} times as {chunks} "
                                         f"{per * unit}-byte chunks; no index read", **base)

@@ -168,6 +168,10 @@ _SPECS = {
     # serves both modes).
     "bcast": KindSpec("gather.cuh", "gather_bcast", "FlatArgs", units=(1, 2, 4, 8),
                       modes=("wrap",), min_blocks=_flat_blocks),
+    # bcast for rows of 16 bytes or more in narrow units: window's 16-byte chunks,
+    # each shifted from two aligned blocks of the outer slice's row (WindowArgs).
+    "bcastw": KindSpec("gather.cuh", "gather_bcastw", "WindowArgs", units=(16,),
+                       modes=("wrap",), min_blocks=4),
     # Long rows of any length and alignment as aligned 16-byte chunks, the
     # row's index read once per thread.
     "span": KindSpec("gather.cuh", "gather_span", "SpanArgs", units=(16,),

@@ -90,6 +90,10 @@ SLAB_WORD = {1: 4, 2: 4, 4: 8}
 # 4- and 8-byte units the rows kernel was 2-40% faster).
 WINDOW_ILP = 2
 WINDOW_MAX_ROW = 2048
+# bcast (an axis of length 1 in wrap or clip mode) of rows of 16 bytes or more
+# in units of at most this many bytes takes bcastw, window's 16-byte chunks with
+# no index read, instead of bcast's one load per unit.
+BCASTW_MAX_UNIT = 2
 # pack (rows of 3 to 15 bytes as 16-byte chunks, the window kernel's loop): rows a
 # chunk may touch at most (1 + 5 for 3-byte rows; 2-byte rows, 9, measured 0.4-0.6x
 # the scalar kernel), and chunks per thread.  Loading all of a chunk's rows before

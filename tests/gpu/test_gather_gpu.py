@@ -1,5 +1,6 @@
 """GPU tier: cugather.gather / take / GatherOp against numpy.take on a real device."""
 
+import math
 import zlib
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 
 import cugather
 from cugather.ops import gather as gather_op
+from cugather.plan.gather import BCAST_KINDS
 from support.reference import (DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, random_data,
                                random_indices)
 
@@ -190,10 +192,37 @@ def test_axis_of_length_one(dtype, api, mode):
         assert_same(got.get(), want, f"{shape} axis {axis} {api} {mode}")
         plan = (cugather.GatherOp(axis, mode=mode) if api == "gather"
                 else gather_op.take_op(axis, mode)).plan(d, i)
-        assert (plan.key.kind == "bcast") == (mode in ("wrap", "clip")), str(plan.key)
+        assert (plan.key.kind in BCAST_KINDS) == (mode in ("wrap", "clip")), str(plan.key)
     if mode == "raise":
         with pytest.raises(IndexError, match="index 1 is out of bounds"):
             cugather.gather(cp.zeros((4, 1), dtype), cp.asarray([0, -1, 1, 0]), 1)
+
+
+@pytest.mark.parametrize("row_bytes", [16, 23, 37, 257, 4619, 24673])
+@pytest.mark.parametrize("mode", ["wrap", "clip"])
+def test_bcastw_rows(row_bytes, mode):
+    """bcastw against bcast and numpy.take: an axis of length 1, rows of 16 bytes
+    or more in 1-byte units from tables at every offset from a 16-byte boundary,
+    one outer slice and several, index counts large enough for many blocks."""
+    from cugather.runtime import run_plan
+    rng = np.random.default_rng(row_bytes + len(mode))
+    for shift in range(0, 16, 3):
+        for shape, axis in (((1, row_bytes), 0), ((5, 1, row_bytes), 1)):
+            host = rng.integers(0, 256, shape, dtype=np.uint8)
+            raw = cp.zeros(host.size + 32, cp.uint8)
+            data = raw[shift:shift + host.size].reshape(shape)
+            data[...] = cp.asarray(host)
+            n = int(rng.integers(1, 3_000_000 // row_bytes + 2))
+            idx = cp.asarray(rng.integers(-50, 50, size=n))
+            want = gather_ref(host, idx.get(), axis, mode)
+            op = cugather.GatherOp(axis, mode=mode)
+            plan = op.plan(data, idx)
+            unit = math.gcd(row_bytes, shift or 16, 16)
+            assert plan.key.kind == ("bcastw" if unit <= 2 else "bcast"), str(plan.key)
+            assert_same(op(data, idx).get(), want, f"{shape} at offset {shift}, {n} picks")
+            for kind in BCAST_KINDS:
+                forced = op.plan(data, idx, kind=kind)
+                assert_same(run_plan(forced, data, idx).get(), want, f"{kind} {shape} at {shift}")
 
 
 def _shifted_rows(rng, n, row_bytes, shifts):

@@ -306,6 +306,20 @@ def _bcast(key: KernelKey) -> list:
     ]
 
 
+@register("bcastw")
+def _bcastw(key: KernelKey) -> list:
+    # An axis of length 1 (no index read), rows of 16 bytes or more not a
+    # multiple of 16: chunks that straddle two repeats of a row and two outer
+    # slices, a partial last chunk, rows at every alignment from a table one item
+    # past a 256-byte boundary on a grid of one block, a single outer slice.
+    return [
+        Case((40, 1, 37), axis=1, index_shape=(23,), **_window_common(key, "blocks", "uint8")),
+        Case((5, 1, 21), axis=1, index_shape=(3, 7), layout="offset",
+             **_window_common(key, "offset", "int8", max_grid=1)),
+        Case((1, 9, 3), axis=0, index_shape=(41,), **_window_common(key, "first", "float16")),
+    ]
+
+
 @register("span")
 def _span(key: KernelKey) -> list:
     # Rows of 16-byte units (1 segment, several rows per block), rows of 301

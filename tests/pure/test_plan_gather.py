@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import cugather
+from cugather.plan import tuning
 from cugather.plan.fastdiv import fast_div
 from cugather.plan.core import DeviceLimits, Operand, merge_dims, unit_for
 from cugather.plan.gather import plan_gather
@@ -378,6 +379,38 @@ def test_an_axis_of_length_one_reads_no_index_in_wrap_and_clip_mode(mode, shape,
     assert plan_of((shape, dtype), (1000, 3), axis, mode=mode, out_align=8).key.kind != "bcast"
     with pytest.raises(ValueError, match="'bcast' needs an axis of length 1"):
         plan_of(((4, 2), dtype), (5,), 1, mode=mode, kind="bcast")
+
+
+@pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy"])
+@pytest.mark.parametrize("shape,axis,dtype,align,kind", [
+    ((1, 24673), 0, "u1", 256, "bcastw"), ((4, 1, 4619), 1, "b1", 256, "bcastw"),
+    ((3, 1, 291), 1, "f2", 256, "bcastw"), ((1, 16), 0, "u1", 256, "bcast"),  # unit 16 -> 8
+    ((1, 16), 0, "u1", 1, "bcastw"), ((1, 15), 0, "u1", 256, "bcast"),
+    ((3, 1, 145), 1, "f4", 256, "bcast"), ((5, 1, 3), 1, "c16", 256, "bcast")])
+def test_bcast_rows_of_narrow_units_take_window_chunks(mode, shape, axis, dtype, align, kind):
+    """An axis of length 1 in wrap and clip mode: rows of 16 bytes or more whose unit
+    is at most tuning.BCASTW_MAX_UNIT bytes take bcastw (window's chunks, one
+    "wrap" build, no index read), the others bcast; either can be forced where
+    its rows allow, and only on an axis of length 1."""
+    op = Operand.contiguous(shape, np.dtype(dtype).itemsize, align=align)
+    p = plan_of(op, (700, 3), axis, mode=mode, limits=DeviceLimits(arch="sm_90"))
+    assert p.key.kind == kind and p.key.mode == "wrap", str(p.key)
+    assert "axis of length 1" in p.chosen_by and "no index read" in p.reason
+    assert ("bcastw" in p.chosen_by) == (kind == "bcastw")
+    row = math.prod(shape[axis + 1:]) * np.dtype(dtype).itemsize
+    if kind == "bcastw":
+        f, out_bytes = p.fields, math.prod(shape[:axis]) * 2100 * row
+        assert p.key.unit == 16 and f["row_bytes"] == row and f["out_bytes"] == out_bytes
+        assert f["chunks"] == -(-out_bytes // 16) and f["n_div"].d == 2100 and f["s_axis"] == 0
+        assert p.main.grid[0] * p.main.block[0] * tuning.WINDOW_ILP >= f["chunks"]
+    other = "bcast" if kind == "bcastw" else "bcastw"
+    if other == "bcastw" and row < 16:
+        with pytest.raises(ValueError, match="'bcastw' needs rows of 16 bytes or more"):
+            plan_of(op, (5,), axis, mode=mode, kind=other)
+    else:
+        assert plan_of(op, (5,), axis, mode=mode, kind=other).key.kind == other
+    with pytest.raises(ValueError, match="'bcastw' needs an axis of length 1"):
+        plan_of(((4, 20), "u1"), (5,), 1, mode=mode, kind="bcastw")
 
 
 def test_forcing_bcast_in_fill_or_raise_mode_is_an_error():

@@ -57,11 +57,12 @@ import numpy as np  # noqa: E402
 #: dtype whose item size is the unit (bytes are what kernels move).
 UNIT_DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "int64", 16: "complex128"}
 #: Kinds whose unit is not the element: pack moves rows shorter than its unit.
-KIND_DTYPES = {"pack": "uint8", "span": "uint8"}
+KIND_DTYPES = {"pack": "uint8", "span": "uint8", "bcastw": "uint8"}
 FILLS = {"uint8": 0xA7, "float16": -2.5, "float32": 3.25, "int64": -(1 << 40) - 3,
          "complex128": complex(1.5, -7.0)}
 GATHER_KINDS = ("rows", "chunks", "chunks16", "scalar", "inner", "slab", "slabw", "window", "pack",
-                "weave", "slabr", "flat", "slabf", "flatv", "span", "lean", "strided", "bcast")
+                "weave", "slabr", "flat", "slabf", "flatv", "span", "lean", "strided", "bcast",
+                "bcastw")
 # kinds that stage data in shared memory
 SHARED_KINDS = ("inner", "slab", "slabw", "slabf", "slabr", "span", "weave", "elements_row")
 
@@ -129,6 +130,8 @@ CANDIDATES = {
     # of one block
     "bcast": [Geometry((50, 1, 7), 1, (130,)), Geometry((3, 1), 1, (20, 11), max_grid=1),
               Geometry((1, 9), 0, (1300,))],
+    # bcastw: rows of 37 B (chunks straddle repeats and outer slices), one block
+    "bcastw": [Geometry((50, 1, 37), 1, (130,)), Geometry((3, 1, 21), 1, (20, 11), max_grid=1)],
     "strided": [Geometry((13, 30), 0, (25,), "transposed"), Geometry((4, 9, 5), 1, (4, 10), "reversed"),
              Geometry((6, 7, 5), 2, (9,), "strided", max_grid=1)],
     "elements": [Geometry((6, 5), 0, (4, 5)), Geometry((4, 9, 5), 1, (4, 12, 5), "reversed"),
