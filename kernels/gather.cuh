@@ -102,8 +102,8 @@ struct FlatArgs {
 };
 
 // span: contiguous rows of `row_bytes` (any length, at least 16) at any
-// alignment, output as aligned 16-byte chunks; a block row takes a row,
-// blockIdx.y a segment of `seg_chunks` chunks of it.  lo and hi as in window.
+// alignment, output as aligned 16-byte chunks; a warp takes an item, a segment
+// of 32 * CG_SPAN_V chunks of a row.  lo and hi as in window.
 struct SpanArgs {
     const char* data;
     const void* indices;
@@ -117,7 +117,8 @@ struct SpanArgs {
     i64 lo;
     i64 hi;
     Divisor n_div;   // n_indices, splits a row into (outer, index position)
-    u64 seg_chunks;  // 16-byte output chunks of a row per block segment: blockDim.x * CG_SPAN_V
+    Divisor seg_div; // segments per row (32 * CG_SPAN_V output chunks each), splits an item
+    u64 items;       // rows * segments per row: one warp at a time each
     u64 fill[2];
 };
 
@@ -1610,23 +1611,23 @@ __device__ __forceinline__ void gather_lean(const FlatArgs& a)
 // ---------------------------------------------------------------------------
 // span: long rows of any length at any alignment, written to the contiguous
 // output as aligned 16-byte stores, every source block read once, through
-// shared memory.  Block row threadIdx.y takes row R (rows tile blockIdx.x);
-// blockIdx.y a segment of seg_chunks = blockDim.x * CG_SPAN_V of the row's
-// output chunks.  Chunk k is the aligned output block at a0 + 16k (a0: the
-// row's first 16-byte aligned output byte); its bytes start at sp + 16k (sp =
-// src + (a0 - row start)), d bytes past the aligned block sb + 16k, the same d
-// for every k of the row.  A segment's aligned source blocks (one more than
-// its chunks when d > 0) go to shared memory by cp.async, which holds no
-// register while in flight (sm_80 on; a plain load and store before); after
-// a barrier each thread shifts its chunks out of two neighbouring blocks and
-// stores them.  Blocks that reach outside [lo, hi) (a table that does not
-// start or end on a 16-byte boundary) are read bounded, word by word.  The
-// bytes before a0 and after the last whole chunk, at most 15 each, are read
-// and written one by one in segment 0.  On odd rows of 4-62 KB from DRAM
-// this runs at 0.84-0.92 of copy, where window, chunks and flat reach
-// 0.73-0.89; the version before (blocks in registers, neighbours by warp
-// shuffles: 64 registers, 3 blocks per SM) 0.48-0.72, and one that loops over
-// a wave of blocks with two buffers, the next item's loads in flight, 0.74-0.89.
+// shared memory.  An item is a segment of one output row: SEG = 32 * CG_SPAN_V
+// of the row's aligned output chunks; items go to warps, one at a time each,
+// and no barrier joins the warps of a block.  Chunk k is the aligned output
+// block at a0 + 16k (a0: the row's first 16-byte aligned output byte); its
+// bytes start at sp + 16k (sp = src + (a0 - row start)), d bytes past the
+// aligned block sb + 16k, the same d for every k of the row.  The warp stages
+// the segment's aligned source blocks (one more than its chunks when d > 0)
+// in its own slice of shared memory by cp.async, which holds no register while
+// in flight (sm_80 on; a plain load and store before), then each lane shifts
+// its chunks out of two neighbouring blocks and stores them.  Blocks that reach
+// outside [lo, hi) (a table that does not start or end on a 16-byte boundary)
+// are read bounded, word by word.  The bytes before a0 and after the last
+// whole chunk, at most 15 each, are read and written one per lane by the
+// row's first and last segment.  On odd rows of 5-50 KB from DRAM (H100,
+// benchmarks/probe-spanw) this runs 1.02-1.03x the version before it, where
+// the segments of a block's rows were staged together between two
+// __syncthreads (0.90-0.93 of copy; on 7-KB rows from a 2 MB table 1.11x).
 // ---------------------------------------------------------------------------
 #if !defined(CG_SPAN_V)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
@@ -1658,69 +1659,73 @@ template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_span(const SpanArgs& a)
 {
     typedef typename M::Ix Ix;
-    CG_DYNAMIC_SMEM(uint4, stage_all);  // blockDim.y rows of seg_chunks + 1 blocks
-    const Ix rows = (Ix)a.rows;
-    const u64 rb = a.row_bytes, seg = a.seg_chunks;
+    constexpr u32 SEG = 32 * CG_SPAN_V;
+    CG_DYNAMIC_SMEM(uint4, stage_all);  // SEG + 1 blocks per warp
+    const u32 lane = threadIdx.x & 31u, warps = blockDim.x >> 5;
+    uint4* const stage = stage_all + (u64)(threadIdx.x >> 5) * (SEG + 1);
+    const u64 rb = a.row_bytes;
     const u64 lo = (u64)(a.data + a.lo), hi = (u64)(a.data + a.hi);
     const uint4 fillv = fill_unit<uint4>(a.fill);
     const Idx* idx = (const Idx*)a.indices;
-    const u32 x = threadIdx.x, tx = blockDim.x;
-    uint4* const stage = stage_all + (u64)threadIdx.y * (seg + 1);
-    // Every row of the block has rb / 16 whole chunks or one fewer: the segment
-    // loop runs the same count for every thread (its barriers need that).
-    const u64 most = rb / 16;
+    const Ix items = (Ix)a.items, last_seg = (Ix)a.seg_div.d - 1;
 
-    for (Ix r0 = (Ix)blockIdx.x * (Ix)blockDim.y; r0 < rows;
-         r0 += (Ix)gridDim.x * (Ix)blockDim.y) {
-        const Ix r = r0 + (Ix)threadIdx.y;
-        const bool live = r < rows;
-        bool keep = false;
-        u64 src = 0;
-        if (live) {
-            Ix o, n;
-            divmod<M>(a.n_div, r, o, n);
-            i64 i = load_index(idx + n);
-            keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
-            // Only resolved indices are scaled: a discarded one may be near 2^63.
-            if (keep) src = (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis);
-        }
+    for (Ix it = (Ix)blockIdx.x * (Ix)warps + (Ix)(threadIdx.x >> 5); it < items;
+         it += (Ix)gridDim.x * (Ix)warps) {
+        Ix r, sg, o, n;
+        divmod<M>(a.seg_div, it, r, sg);
+        divmod<M>(a.n_div, r, o, n);
+        i64 i = load_index(idx + n);
+        const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+        // Only resolved indices are scaled: a discarded one may be near 2^63.
+        const u64 src = keep ? (u64)(a.data + (i64)o * a.s_outer + i * a.s_axis) : 0;
         const u64 ob = (u64)a.out + (u64)r * rb, end = ob + rb;
         const u64 a0 = (ob + 15u) & ~(u64)15;
-        const u64 nc = live && end >= a0 + 16 ? (end - a0) >> 4 : 0;  // whole aligned chunks
+        const u64 nc = end >= a0 + 16 ? (end - a0) >> 4 : 0;  // whole aligned chunks
         const u64 sp = src + (a0 - ob);
         const u32 d = (u32)sp & 15u;
-        const u64 sb = sp - d;  // the aligned block under chunk 0
-        // Head and tail bytes: at most 30 (a row of fewer than 32 bytes has no whole
-        // chunk and at most 31), one per thread of segment 0 (blockDim.x >= 32).
-        const u64 head = (nc ? a0 : end) - ob, tail = nc ? a0 + 16 * nc : end;
-        const bool has_byte = live && blockIdx.y == 0 && x < head + (end - tail);
-        const u64 bq = x < head ? ob + x : tail + (x - head);
-        if (has_byte) {
+        const u64 base = (u64)sg * SEG;
+        const u32 n_out = base < nc ? (u32)(nc - base < SEG ? nc - base : SEG) : 0u;
+        const u32 n_in = keep && n_out ? n_out + (d != 0) : 0u;  // blocks to stage
+        const u64 q0 = sp - d + 16 * base;  // the aligned block under the item's first chunk
+        if (q0 >= lo && q0 + 16 * (u64)n_in <= hi) {  // warp-uniform: no block at an edge
+#pragma unroll
+            for (int k = 0; k <= CG_SPAN_V; ++k) {
+                const u32 j = lane + 32 * k;
+                if (j < n_in) copy_async16(stage + j, (const uint4*)(q0 + 16 * j));
+            }
+        } else {
+            for (u32 j = lane; j < n_in; j += 32) {
+                const u64 q = q0 + 16 * j;
+                if (q >= lo && q + 16 <= hi)
+                    copy_async16(stage + j, (const uint4*)q);
+                else
+                    stage[j] = load_edge_block(q, lo, hi);
+            }
+        }
+        // Head and tail bytes while the blocks land: at most 15 each (a row of
+        // fewer than 32 bytes has no whole chunk and at most 31 head bytes).
+        const u64 tail = nc ? a0 + 16 * nc : end;
+        const u64 hn = sg == 0 ? (nc ? a0 : end) - ob : 0, tn = sg == last_seg ? end - tail : 0;
+        if (lane < hn + tn) {
+            const u64 bq = lane < hn ? ob + lane : tail + (lane - hn);
             const u32 f = (u32)bq & 15u;  // out is 16-byte aligned: the fill pattern's byte
             const u64 fw = (f & 8u) ? a.fill[1] : a.fill[0];
             store_stream((unsigned char*)bq,
                          keep ? __ldg((const unsigned char*)(src + (bq - ob)))
                               : (unsigned char)(fw >> ((f & 7u) * 8u)));
         }
-        for (u64 base = (u64)blockIdx.y * seg; base < most; base += (u64)gridDim.y * seg) {
-            const u32 n_out = base < nc ? (u32)(nc - base < seg ? nc - base : seg) : 0u;
-            const u32 n_in = keep && n_out ? n_out + (d != 0) : 0u;  // blocks to stage
-            for (u32 j = x; j < n_in; j += tx) {
-                const u64 q = sb + 16 * (base + j);
-                if (q >= lo && q + 16 <= hi)
-                    copy_async16(stage + j, (const uint4*)q);
-                else
-                    stage[j] = load_edge_block(q, lo, hi);
-            }
-            copy_async_wait();
-            __syncthreads();
-            for (u32 j = x; j < n_out; j += tx) {
+        copy_async_wait();
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < CG_SPAN_V; ++k) {
+            const u32 j = lane + 32 * k;
+            if (j < n_out) {
                 uint4 v = fillv;
                 if (keep) v = d ? window16(stage[j], stage[j + 1], d) : stage[j];
                 store_stream((uint4*)(a0 + 16 * (base + j)), v);
             }
-            __syncthreads();  // before the next segment overwrites the stage
         }
+        __syncwarp();  // before the next item overwrites the stage
     }
 }
 

@@ -25,6 +25,8 @@ byte by byte (load_block of kernels/gather.cuh), never past its ends.  A
 warp-register version (no shared memory) is left out: span's notes put one at
 0.48-0.72 of copy.
 
+PROBE_SET=short (or all) takes span's shorter rows and L2-resident tables
+instead (SHORT); PROBE_MINE=warp-t128-v4,... keeps only the kernels named.
 Cases: held-out sweeps' (7129, 8017, 3863, 2459) long odd rows where span or
 chunks16 missed 95% of the copy on an H100, then two aligned controls.  A
 table over 3 GB has its axis shrunk to about 2 GB (still far beyond the 50 MB
@@ -72,6 +74,27 @@ CASES = [  # (shape, dtype, axis, indices, index dtype, where it came from)
     ((3, 45228, 2037), 'complex128', 1, (7140,), 'int32', "3863#199 chunks 0.933 (aligned)"),
     ((2, 381210, 1405, 1), 'complex128', 1, (860,), 'int32', "chunks aligned control"),
 ]
+
+# PROBE_SET=short: span's shorter rows (661 B-4.5 KB) and tables in L2 where the
+# held-out sweeps (H100) plan span, against their sweep's fraction of copy.
+SHORT = [
+    ((136, 15, 723, 1), 'uint8', 1, (15, 2), 'int64', "2459#46 span 0.907 (723 B, 2 MB out)"),
+    ((1196, 1002), 'int8', 0, (6365,), 'int32', "2459#383 span 0.953 (1002 B, 6 MB out)"),
+    ((600, 1, 661, 1), 'int8', 0, (223740,), 'int64', "2459#441 span 1.123 (661 B, L2 table)"),
+    ((3216295, 625), 'float16', 0, (270, 330), 'int32', "5591#183 span 0.854 (1250 B)"),
+    ((1191689, 1, 11, 61), 'float16', 0, (502862,), 'int32', "5813#23 span 0.863 (1342 B)"),
+    ((543, 439), 'int16', 0, (47493,), 'int32', "8017#67 span 1.319 (878 B, L2 table)"),
+    ((467, 773), 'int8', 0, (86309,), 'int32', "8017#424 span 1.314 (773 B, L2 table)"),
+    ((914, 1, 2129, 1), 'uint8', 0, (4666,), 'int32', "6733#364 span 0.933 (2129 B, 9 MB out)"),
+    ((3335, 2880, 1523), 'bool', 1, (6,), 'int32', "5591#279 span 0.934 (1523 B, 3 outer)"),
+    ((2836646, 753, 3), 'float16', 0, (18356,), 'int32', "4909#491 span 0.927 (4518 B)"),
+    ((262, 1145, 3, 303), 'float16', 1, (89, 25), 'int64', "4817#248 span 1.214 (1818 B)"),
+    ((2, 2077, 2), 'int32', 0, (8695,), 'int32', "3863#181 span 1.308 (16616 B, L2 table)"),
+]
+SETS = {"long": CASES, "short": SHORT, "all": CASES + SHORT}
+PROBE_SET = os.environ.get("PROBE_SET", "long")
+if os.environ.get("PROBE_MINE"):  # e.g. warp-t128-v4,warp-t256-v4
+    MINE = [m for m in MINE if f"{m[0]}-t{m[1]}-v{m[2]}" in os.environ["PROBE_MINE"].split(",")]
 
 SOURCE = r"""
 typedef unsigned long long u64;
@@ -307,7 +330,7 @@ def main():
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     mod = cp.RawModule(code=SOURCE, options=("-std=c++17",), name_expressions=names())
     rt = cp.cuda.runtime
-    for shape0, dtype, axis, ishape, idt, note in CASES:
+    for shape0, dtype, axis, ishape, idt, note in SETS[PROBE_SET]:
         if time.perf_counter() - t0 > BUDGET_S:
             break
         shape = fitted(shape0, dtype, axis)
@@ -370,7 +393,8 @@ def main():
         cp.get_default_memory_pool().free_all_blocks()
     for k, v in info.items():
         print(k, v)
-    with open(os.path.join(OUT, "probe-spanw.json"), "w") as f:
+    name = "probe-spanw.json" if PROBE_SET == "long" else f"probe-spanw-{PROBE_SET}.json"
+    with open(os.path.join(OUT, name), "w") as f:
         json.dump({"device": rt.getDeviceProperties(0)["name"].decode(),
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                    "rounds": ROUNDS, "kernels": info, "cases": res}, f, indent=1)

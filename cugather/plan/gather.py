@@ -678,29 +678,24 @@ def _flat_per(unit: int) -> int:
 
 def _plan_span(data, row_bytes, n_outer, s_outer, s_axis, n_idx, index_dtype, mode, math_name,
                max_grid, base) -> GatherPlan:
-    # Segments of blockDim.x * SPAN_V aligned 16-byte output chunks per row, split
-    # like the chunks kernel's: one segment up to SPAN_THREADS threads' worth,
-    # beyond that segments of at most CHUNKS_SPLIT threads' worth, the row shared
-    # evenly; blockDim.x a multiple of 32 (a row's head and tail bytes take one
-    # thread each).
+    # Items of 32 * SPAN_V aligned 16-byte output chunks of a row, one warp each:
+    # a row has row_bytes // 16 whole chunks or one fewer.
     rows = n_outer * n_idx
-    v = tuning.SPAN_V
-    chunks = cdiv(row_bytes, 16)
-    segs = (1 if chunks <= tuning.SPAN_THREADS * v
-            else cdiv(chunks, min(tuning.CHUNKS_SPLIT, tuning.SPAN_THREADS) * v))
-    tx = cdiv(cdiv(chunks, segs * v), 32) * 32
-    ty = max(1, tuning.SPAN_THREADS // tx)
-    mname = index_math(max(rows, n_idx, n_outer), math_name)
+    seg = 32 * tuning.SPAN_V
+    segs = max(1, cdiv(row_bytes // 16, seg))
+    items = rows * segs
+    warps = tuning.SPAN_THREADS // 32
+    mname = index_math(max(items, rows, n_idx, n_outer), math_name)
+    bits = 32 if mname == "fast32" else 64
     lo, hi = data.extent()
     fields = dict(s_outer=s_outer, s_axis=s_axis, axis_len=base["bounds"][0], rows=rows,
-                  row_bytes=row_bytes, lo=lo, hi=hi,
-                  n_div=make_divisor(max(n_idx, 1), 32 if mname == "fast32" else 64),
-                  seg_chunks=tx * v)
-    grid = (min(cdiv(rows, ty), max_grid or GRID_X_MAX), min(segs, max_grid or GRID_YZ_MAX), 1)
-    # a segment's aligned source blocks (one more than its chunks) per block row
-    shared = ty * (tx * v + 1) * 16
-    main = Launch(KernelKey("span", 16, index_dtype, mname, mode), fields, grid, (tx, ty, 1),
-                  shared)
+                  row_bytes=row_bytes, lo=lo, hi=hi, n_div=make_divisor(max(n_idx, 1), bits),
+                  seg_div=make_divisor(segs, bits), items=items)
+    grid = (min(cdiv(items, warps), max_grid or GRID_X_MAX), 1, 1)
+    # a segment's aligned source blocks (one more than its chunks) per warp
+    shared = warps * (seg + 1) * 16
+    main = Launch(KernelKey("span", 16, index_dtype, mname, mode), fields, grid,
+                  (tuning.SPAN_THREADS, 1, 1), shared)
     return GatherPlan(main=main, reason=f"rows of {row_bytes} B as aligned 16-byte chunks "
-                                        f"staged in shared memory; block {tx}x{ty}, {v} chunks "
-                                        f"per thread, {segs} segment(s) per row", **base)
+                                        f"staged in shared memory; {segs} segment(s) of up to "
+                                        f"{seg} chunks per row, one warp each", **base)

@@ -65,7 +65,7 @@ FLAT_ARGS = numpy.dtype(POINTERS + [
 SPAN_ARGS = numpy.dtype(POINTERS + [
     ("s_outer", "<i8"), ("s_axis", "<i8"), ("axis_len", "<i8"),
     ("rows", "<u8"), ("row_bytes", "<u8"), ("lo", "<i8"), ("hi", "<i8"),
-    ("n_div", DIVISOR), ("seg_chunks", "<u8"),
+    ("n_div", DIVISOR), ("seg_div", DIVISOR), ("items", "<u8"),
     FILL,
 ], align=True)
 

@@ -142,16 +142,17 @@ FLAT_BLOCKS = {(8, "fast32"): 6, (8, "fast64"): 6, (4, "fast32"): 6, (4, "fast64
 # raise mode's bounds check holds more registers: NVRTC 12.2 spills the 4-byte
 # kernels at 6 blocks.
 FLAT_BLOCKS_RAISE = {(4, "fast32"): 5}
-# span (long rows as aligned 16-byte chunks, each segment's source blocks staged
-# in shared memory by cp.async): threads per block (at most MAX_THREADS, the
-# launch bounds' block size) and chunks per thread per segment; rows of fewer
-# bytes than SPAN_MIN_ROW are not its (a row then leaves most lanes of its warp
-# idle); __launch_bounds__ minimum resident blocks (at 8, 32 registers, it
-# spills).
-SPAN_THREADS = 256
+# span (long rows as aligned 16-byte chunks, a warp's segment of a row staged in
+# its own slice of shared memory by cp.async): threads per block (at most
+# MAX_THREADS, the launch bounds' block size; 128 and 256 within 1% on odd rows
+# from DRAM, 128 ahead on a 2 MB table) and chunks per lane per segment (2 and 8
+# 0.5-2% behind 4); rows of fewer bytes than SPAN_MIN_ROW are not its (a row
+# then leaves most lanes of its warp idle); __launch_bounds__ minimum resident
+# blocks of MAX_THREADS (4: at most 64 registers; at 5, fill mode spills).
+SPAN_THREADS = 128
 SPAN_V = 4
 SPAN_MIN_ROW = 256
-SPAN_BLOCKS = 6
+SPAN_BLOCKS = 4
 # lean (one unit per thread, nothing unrolled): rows of one unit of any size, and
 # rows of several units in outputs of at most LEAN_MAX_OUT bytes; a tuning table
 # decides where within that, the rules take it for short calls only.  Short

@@ -494,18 +494,23 @@ def test_plan_addressing_matches_numpy(kind, view, axis):
 
 
 @pytest.mark.parametrize("row_bytes", [256, 301, 4347, 16417, 62314])
-def test_span_blocks_fit_the_launch_bounds_and_stage_one_segment_per_row(row_bytes):
-    """span's block: whole warps per row (head and tail bytes take a thread each),
-    at most the launch bounds' MAX_THREADS, and shared memory for one segment's
-    aligned source blocks (its chunks and one more) per block row."""
+@pytest.mark.parametrize("max_grid", [None, 3])
+def test_span_items_are_warp_segments_of_rows(row_bytes, max_grid):
+    """span's items: segments of 32 * SPAN_V aligned output chunks of a row, enough
+    to cover a row's whole chunks, one warp each; the block whole warps within
+    the launch bounds' MAX_THREADS, shared memory for one segment's aligned
+    source blocks (its chunks and one more) per warp; a capped grid loops."""
     from cugather.plan import tuning
 
-    p = plan_of(((5000, row_bytes), "u1"), (700,), kind="span")
+    p = plan_of(((5000, row_bytes), "u1"), (700,), kind="span", max_grid=max_grid)
     tx, ty, tz = p.block
-    seg = p.fields["seg_chunks"]
-    assert tx % 32 == 0 and tx * ty * tz <= tuning.MAX_THREADS
-    assert seg == tx * tuning.SPAN_V and p.grid[1] * seg >= math.ceil(row_bytes / 16)
-    assert p.main.shared_mem == ty * (seg + 1) * 16
+    warps, seg = tx // 32, 32 * tuning.SPAN_V
+    segs = p.fields["seg_div"].d
+    assert tx % 32 == 0 and (ty, tz) == (1, 1) and tx <= tuning.MAX_THREADS
+    assert segs * seg >= row_bytes // 16 > (segs - 1) * seg or segs == 1
+    assert p.fields["items"] == 700 * segs
+    assert p.grid == (min(-(-700 * segs // warps), max_grid or 2**31 - 1), 1, 1)
+    assert p.main.shared_mem == warps * (seg + 1) * 16
 
 
 @pytest.mark.parametrize("shape,dtype,axis,unit,pitch", [
