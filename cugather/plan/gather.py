@@ -640,12 +640,15 @@ def _plan_bcast(kind, data, unit, row_bytes, n_outer, s_outer, n_idx, index_dtyp
                          f"clip mode and a 16-byte aligned output; here the axis has length "
                          f"{axis_len}, mode {mode!r}, out aligned to {out_align} B")
     if kind is None:
-        wide = row_bytes >= 16 and unit <= tuning.BCASTW_MAX_UNIT
+        least = tuning.BCASTW_MIN_ROW.get(unit)
+        wide = (least is not None and row_bytes >= max(least, 16)
+                and n_outer * n_idx * row_bytes > tuning.BCASTW_MIN_OUT)
         kind = "bcastw" if wide else "bcast"
         base = dict(base, chosen_by="rule: an axis of length 1 in wrap or clip mode resolves "
                                     "every index to 0; its indices need not be read" +
-                                    (f" (rows of 16 B or more in units of at most "
-                                     f"{tuning.BCASTW_MAX_UNIT} B: bcastw)" if wide else ""))
+                                    (f" (rows of {least} B or more in {unit}-byte units, more "
+                                     f"than {tuning.BCASTW_MIN_OUT} B out: bcastw)"
+                                     if wide else ""))
     if kind == "bcastw":
         if row_bytes < 16:
             raise ValueError(f"kernel kind 'bcastw' needs rows of 16 bytes or more; rows here "

@@ -90,10 +90,16 @@ SLAB_WORD = {1: 4, 2: 4, 4: 8}
 # 4- and 8-byte units the rows kernel was 2-40% faster).
 WINDOW_ILP = 2
 WINDOW_MAX_ROW = 2048
-# bcast (an axis of length 1 in wrap or clip mode) of rows of 16 bytes or more
-# in units of at most this many bytes takes bcastw, window's 16-byte chunks with
-# no index read, instead of bcast's one load per unit.
-BCASTW_MAX_UNIT = 2
+# bcast (an axis of length 1 in wrap or clip mode) takes bcastw, window's 16-byte
+# chunks with no index read, instead of bcast's one load per unit, for rows of
+# at least BCASTW_MIN_ROW[unit] bytes in outputs of more than BCASTW_MIN_OUT.
+# H100 (benchmarks/probe-bcast): 1-byte units 1.14x-2.76x bcast on rows of
+# 953 B-25 KB, 0.80x-0.84x on rows of 25-155 B; 2-byte units 1.05x-1.42x on
+# rows of 5-25 KB, 0.62x on 1 KB rows; 4- and 8-byte units (bcast at 2.1-2.2x
+# the copy) 0.73x-1.0x; outputs of 55-376 KB 0.77x-0.85x, of 22 MB and more
+# the gains above.
+BCASTW_MIN_ROW = {1: 512, 2: 4096}
+BCASTW_MIN_OUT = 1 << 20
 # pack (rows of 3 to 15 bytes as 16-byte chunks, the window kernel's loop): rows a
 # chunk may touch at most (1 + 5 for 3-byte rows; 2-byte rows, 9, measured 0.4-0.6x
 # the scalar kernel), and chunks per thread.  Loading all of a chunk's rows before

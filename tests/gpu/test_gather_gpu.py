@@ -8,6 +8,7 @@ import pytest
 
 import cugather
 from cugather.ops import gather as gather_op
+from cugather.plan import tuning
 from cugather.plan.gather import BCAST_KINDS
 from support.reference import (DTYPES, INDEX_DTYPES, MODES, assert_same, gather_ref, random_data,
                                random_indices)
@@ -201,9 +202,10 @@ def test_axis_of_length_one(dtype, api, mode):
 @pytest.mark.parametrize("row_bytes", [16, 23, 37, 257, 4619, 24673])
 @pytest.mark.parametrize("mode", ["wrap", "clip"])
 def test_bcastw_rows(row_bytes, mode):
-    """bcastw against bcast and numpy.take: an axis of length 1, rows of 16 bytes
-    or more in 1-byte units from tables at every offset from a 16-byte boundary,
-    one outer slice and several, index counts large enough for many blocks."""
+    """bcastw and bcast against numpy.take: an axis of length 1, rows of 16 bytes
+    or more from tables at several offsets from a 16-byte boundary, one outer
+    slice and several, index counts large enough for many blocks; the planner's
+    choice between the two follows tuning.BCASTW_MIN_ROW and BCASTW_MIN_OUT."""
     from cugather.runtime import run_plan
     rng = np.random.default_rng(row_bytes + len(mode))
     for shift in range(0, 16, 3):
@@ -217,8 +219,9 @@ def test_bcastw_rows(row_bytes, mode):
             want = gather_ref(host, idx.get(), axis, mode)
             op = cugather.GatherOp(axis, mode=mode)
             plan = op.plan(data, idx)
-            unit = math.gcd(row_bytes, shift or 16, 16)
-            assert plan.key.kind == ("bcastw" if unit <= 2 else "bcast"), str(plan.key)
+            least = tuning.BCASTW_MIN_ROW.get(math.gcd(row_bytes, shift or 16, 16), 1 << 62)
+            wide = row_bytes >= least and want.nbytes > tuning.BCASTW_MIN_OUT
+            assert plan.key.kind == ("bcastw" if wide else "bcast"), str(plan.key)
             assert_same(op(data, idx).get(), want, f"{shape} at offset {shift}, {n} picks")
             for kind in BCAST_KINDS:
                 forced = op.plan(data, idx, kind=kind)

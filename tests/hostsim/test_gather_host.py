@@ -8,7 +8,6 @@ shapes, layouts, dtypes and modes; the coverage assertion at the end of the
 session (tests/hostsim/conftest.py runs it last).
 """
 
-import math
 import zlib
 from pathlib import Path
 
@@ -514,11 +513,11 @@ def test_span_every_row_length_and_alignment(row_bytes, mode):
 @pytest.mark.parametrize("row_bytes", [16, 17, 23, 31, 33, 47, 100, 257, 1031])
 @pytest.mark.parametrize("mode", ["wrap", "clip"])
 def test_bcastw_every_row_length_and_alignment(row_bytes, mode):
-    """An axis of length 1 in wrap and clip mode, rows of 16 bytes or more in
-    narrow units: the planner takes bcastw (no index read), on tables starting
-    at every offset from a 16-byte boundary, with one and three outer slices and
-    index counts whose repeats straddle 16-byte chunks and outer slices, against
-    numpy.take; indices far out of range resolve to row 0 all the same."""
+    """bcastw (an axis of length 1 in wrap and clip mode, no index read) on rows of
+    16 bytes or more, from tables starting at every offset from a 16-byte
+    boundary, with one and three outer slices and index counts whose repeats
+    straddle 16-byte chunks and outer slices, against numpy.take; indices far
+    out of range resolve to row 0 all the same."""
     rng = np.random.default_rng(row_bytes * 13 + len(mode))
     for shift in range(16):
         for shape, axis in (((1, row_bytes), 0), ((3, 1, row_bytes), 1)):
@@ -527,13 +526,11 @@ def test_bcastw_every_row_length_and_alignment(row_bytes, mode):
             data = raw[shift:shift + size].reshape(shape)
             data[...] = rng.integers(0, 256, shape, dtype=np.uint8)
             idx = rng.integers(-1000, 1000, size=int(rng.integers(1, 12)))
-            got = runner.host_gather(data, idx, axis, mode=mode)
+            got = runner.host_gather(data, idx, axis, mode=mode, kind="bcastw")
             want = gather_ref(data, idx, axis, mode, 0)
             assert_same(got, want, f"rows of {row_bytes} B at offset {shift}, shape {shape}")
-            unit = math.gcd(row_bytes, shift or 16, 16)
-            kind = "bcastw" if unit <= tuning.BCASTW_MAX_UNIT else "bcast"
             ran = [k.kind for k, *_ in runner.last_launches()]
-            assert ran == [kind], runner.last_launches()
+            assert ran == ["bcastw"], runner.last_launches()
 
 
 def test_span_fills_whole_elements():

@@ -382,26 +382,31 @@ def test_an_axis_of_length_one_reads_no_index_in_wrap_and_clip_mode(mode, shape,
 
 
 @pytest.mark.parametrize("mode", ["wrap", "clip", "clip_numpy"])
-@pytest.mark.parametrize("shape,axis,dtype,align,kind", [
-    ((1, 24673), 0, "u1", 256, "bcastw"), ((4, 1, 4619), 1, "b1", 256, "bcastw"),
-    ((3, 1, 291), 1, "f2", 256, "bcastw"), ((1, 16), 0, "u1", 256, "bcast"),  # unit 16 -> 8
-    ((1, 16), 0, "u1", 1, "bcastw"), ((1, 15), 0, "u1", 256, "bcast"),
-    ((3, 1, 145), 1, "f4", 256, "bcast"), ((5, 1, 3), 1, "c16", 256, "bcast")])
-def test_bcast_rows_of_narrow_units_take_window_chunks(mode, shape, axis, dtype, align, kind):
-    """An axis of length 1 in wrap and clip mode: rows of 16 bytes or more whose unit
-    is at most tuning.BCASTW_MAX_UNIT bytes take bcastw (window's chunks, one
-    "wrap" build, no index read), the others bcast; either can be forced where
-    its rows allow, and only on an axis of length 1."""
+@pytest.mark.parametrize("shape,axis,dtype,align,picks,kind", [
+    ((1, 24673), 0, "u1", 256, (700, 3), "bcastw"), ((4, 1, 4619), 1, "b1", 256, (700, 3), "bcastw"),
+    ((1, 24673), 0, "u1", 256, (42,), "bcast"),       # 1 MiB out or less
+    ((1, 512), 0, "u1", 1, (2049,), "bcastw"),       # 1-byte units from a 1-byte aligned table
+    ((1, 511), 0, "u1", 256, (30000,), "bcast"), ((3, 1, 2048), 1, "f2", 256, (700, 3), "bcast"),
+    ((3, 1, 2049), 1, "f2", 256, (700, 3), "bcastw"), ((3, 1, 1025), 1, "f4", 256, (7000,), "bcast"),
+    ((5, 1, 3), 1, "c16", 256, (700, 3), "bcast")])
+def test_bcast_rows_of_narrow_units_take_window_chunks(mode, shape, axis, dtype, align, picks,
+                                                        kind):
+    """An axis of length 1 in wrap and clip mode: long rows of 1- and 2-byte units
+    (tuning.BCASTW_MIN_ROW) in outputs of more than tuning.BCASTW_MIN_OUT take
+    bcastw (window's chunks, one "wrap" build, no index read), the others bcast;
+    either can be forced where its rows allow, and only on an axis of length 1."""
     op = Operand.contiguous(shape, np.dtype(dtype).itemsize, align=align)
-    p = plan_of(op, (700, 3), axis, mode=mode, limits=DeviceLimits(arch="sm_90"))
+    p = plan_of(op, picks, axis, mode=mode, limits=DeviceLimits(arch="sm_90"))
     assert p.key.kind == kind and p.key.mode == "wrap", str(p.key)
     assert "axis of length 1" in p.chosen_by and "no index read" in p.reason
     assert ("bcastw" in p.chosen_by) == (kind == "bcastw")
     row = math.prod(shape[axis + 1:]) * np.dtype(dtype).itemsize
     if kind == "bcastw":
-        f, out_bytes = p.fields, math.prod(shape[:axis]) * 2100 * row
+        f, n = p.fields, math.prod(picks)
+        out_bytes = math.prod(shape[:axis]) * n * row
+        assert out_bytes > tuning.BCASTW_MIN_OUT
         assert p.key.unit == 16 and f["row_bytes"] == row and f["out_bytes"] == out_bytes
-        assert f["chunks"] == -(-out_bytes // 16) and f["n_div"].d == 2100 and f["s_axis"] == 0
+        assert f["chunks"] == -(-out_bytes // 16) and f["n_div"].d == n and f["s_axis"] == 0
         assert p.main.grid[0] * p.main.block[0] * tuning.WINDOW_ILP >= f["chunks"]
     other = "bcast" if kind == "bcastw" else "bcastw"
     if other == "bcastw" and row < 16:
