@@ -1624,10 +1624,10 @@ __device__ __forceinline__ void gather_lean(const FlatArgs& a)
 // outside [lo, hi) (a table that does not start or end on a 16-byte boundary)
 // are read bounded, word by word.  The bytes before a0 and after the last
 // whole chunk, at most 15 each, are read and written one per lane by the
-// row's first and last segment.  On odd rows of 5-50 KB from DRAM (H100,
-// benchmarks/probe-spanw) this runs 1.02-1.03x the version before it, where
-// the segments of a block's rows were staged together between two
-// __syncthreads (0.90-0.93 of copy; on 7-KB rows from a 2 MB table 1.11x).
+// row's first and last segment.  On odd rows of 5-50 KB from DRAM this runs
+// 1.02-1.03x the version before it (H100, benchmarks/probe-spanw), which staged
+// the segments of a block's rows together between two __syncthreads, and 1.07x
+// on 7 KB rows from a 2 MB table.
 // ---------------------------------------------------------------------------
 #if !defined(CG_SPAN_V)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
