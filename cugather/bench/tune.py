@@ -53,7 +53,8 @@ kernel's geometries, timed again with every candidate); ``--fit`` then takes
 the old records and the new ones, and a later record of the same seed and
 geometry index replaces an earlier one.  With ``--partial`` only KIND's
 candidate is timed (and nothing fitted): ``--fit`` adds those times to the
-earlier record of the same geometry.  ``--only KIND,OTHER,...`` takes KIND's
+earlier record of the same geometry if that was timed on a GPU of the same
+name, and drops them with a warning otherwise.  ``--only KIND,OTHER,...`` takes KIND's
 geometries and, with ``--partial``, times the other kinds' candidates there
 too, on the same machine in the same run (a new kernel beside the ones it
 competes with).
@@ -148,7 +149,8 @@ def add_arguments(p) -> None:
                         f"(under {MIN_SUPPORT}) to be ranked, and how to time more there")
     p.add_argument("--partial", action="store_true",
                    help="with --only: time only KIND's candidate there; --fit adds its times "
-                        "to the earlier record of the same seed and geometry")
+                        "to the earlier record of the same seed and geometry, if that was "
+                        "timed on the same GPU")
     p.add_argument("--op", default="gather", choices=("gather", "elements"),
                    help="the op whose kernels are timed: gather (Gather / take, the "
                         "default) or elements (GatherElements / take_along_axis)")

@@ -17,7 +17,10 @@ def read_records(paths) -> List[Dict[str, Any]]:
     index as an earlier one (a run with ``--only``) takes that one's place, or,
     marked ``"partial"`` (``--only KIND --partial``), adds its times and errors
     to it.  A partial record with no earlier one is dropped: the fastest
-    candidate of a geometry is known only where every candidate was timed.
+    candidate of a geometry is known only where every candidate was timed.  So
+    is one timed on another GPU than the record it would add to (their
+    ``"device"`` names differ), with a warning: times of two GPUs do not rank
+    candidates against each other.
 
     A line that is not a record (a run cut short leaves its last line
     incomplete) and the rest of a gzip file that ends early are skipped with a
@@ -28,6 +31,7 @@ def read_records(paths) -> List[Dict[str, Any]]:
     where: Dict[Any, int] = {}
     for p in paths:
         skipped: List[int] = []
+        foreign: Dict[str, int] = {}
         try:
             with (gzip.open(p, "rt") if str(p).endswith(".gz") else open(p)) as f:
                 for lineno, line in enumerate(f, 1):
@@ -41,7 +45,9 @@ def read_records(paths) -> List[Dict[str, Any]]:
                     if not _well_formed(rec):
                         skipped.append(lineno)
                         continue
-                    _add_record(out, where, rec)
+                    other = _add_record(out, where, rec)
+                    if other is not None:
+                        foreign[other] = foreign.get(other, 0) + 1
         except EOFError:
             warnings.warn(f"cugather tune: {p} ends early (a gzip file cut short); its "
                           f"records up to there are used", stacklevel=2)
@@ -52,6 +58,11 @@ def read_records(paths) -> List[Dict[str, Any]]:
                           f"records (line {', '.join(map(str, skipped[:5]))}"
                           f"{', ...' if len(skipped) > 5 else ''}); a run cut short leaves "
                           f"its last line incomplete", stacklevel=2)
+        for pair, n in foreign.items():
+            warnings.warn(f"cugather tune: dropped {n} partial record(s) of {p} timed on "
+                          f"{pair}: a partial record adds to a record of the same GPU only; "
+                          f"time every candidate there (--only KIND without --partial)",
+                          stacklevel=2)
     return out
 
 
@@ -63,22 +74,29 @@ def _well_formed(rec: Any) -> bool:
             and (not rec.get("partial") or "times" in rec))
 
 
-def _add_record(out: List[Dict[str, Any]], where: Dict[Any, int], rec: Dict[str, Any]) -> None:
+def _add_record(out: List[Dict[str, Any]], where: Dict[Any, int],
+                rec: Dict[str, Any]) -> Optional[str]:
+    """Merge ``rec`` into ``out``; where a partial record is dropped because its
+    GPU is not its base record's, "X, the record's Y" (else None)."""
     key = (rec.get("seed"), rec.get("index"))
     if rec.pop("partial", False):
         if None not in key and key in where:
             base = out[where[key]]
+            mine, theirs = rec.get("device"), base.get("device")
+            if mine and theirs and mine != theirs:
+                return f"{mine}, the record's {theirs}"
             errors = {k: v for k, v in base.get("errors", {}).items() if k not in rec["times"]}
             errors.update(rec.get("errors", {}))
             out[where[key]] = dict(base, times={**base.get("times", {}), **rec["times"]},
                                    errors=errors)
-        return
+        return None
     if None not in key and key in where:
         out[where[key]] = rec
-        return
+        return None
     if None not in key:
         where[key] = len(out)
     out.append(rec)
+    return None
 
 
 def usable_records(records: List[Dict[str, Any]], op: str) -> List[Dict[str, Any]]:

@@ -739,6 +739,37 @@ def test_a_partial_record_adds_its_times_to_the_earlier_one(tmp_path):
     assert got[1]["times"] == {"rows/1": 3.0}
 
 
+def test_a_partial_record_of_another_gpu_is_dropped_with_a_warning(tmp_path):
+    """Times of two GPUs do not rank candidates against each other: a partial
+    record adds to a record of the same device name only; the others are dropped
+    and the warning names the file, both GPUs and the count."""
+    from cugather.bench.tune_records import read_records
+
+    def rec(index, device, times, partial=False):
+        r = {"seed": 1, "index": index, "device": device, "times": times}
+        return json.dumps(dict(r, partial=True) if partial else r) + "\n"
+
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text(rec(0, "NVIDIA H200", {"rows/1": 2.0, "span": 3.0})
+                   + rec(1, "NVIDIA H200", {"rows/1": 2.0, "span": 3.0})
+                   + rec(2, "NVIDIA H100 80GB HBM3", {"rows/1": 2.5, "span": 3.0}))
+    new.write_text(rec(0, "NVIDIA H100 80GB HBM3", {"span": 1.0}, partial=True)
+                   + rec(1, "NVIDIA H100 80GB HBM3", {"span": 1.0}, partial=True)
+                   + rec(2, "NVIDIA H100 80GB HBM3", {"span": 1.0}, partial=True))
+    with pytest.warns(UserWarning) as caught:
+        got = read_records([old, new])
+    assert [r["times"]["span"] for r in got] == [3.0, 3.0, 1.0]
+    assert [r["device"] for r in got] == ["NVIDIA H200"] * 2 + ["NVIDIA H100 80GB HBM3"]
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 1 and "dropped 2 partial record(s)" in msgs[0]
+    assert str(new) in msgs[0] and "NVIDIA H100 80GB HBM3, the record's NVIDIA H200" in msgs[0]
+    # Records without a device name (older files) still merge.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"seed": 1, "index": 0, "partial": True,
+                                "times": {"span": 0.5}}) + "\n")
+    assert read_records([old, bare])[0]["times"]["span"] == 0.5
+
+
 def test_cugather_tuning_none_leaves_every_plan_to_the_rules(monkeypatch):
     monkeypatch.setenv("CUGATHER_TUNING", "none")
     assert tt.table_for("sm_90") is None
