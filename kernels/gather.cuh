@@ -958,6 +958,22 @@ __device__ __forceinline__ constexpr int flat_units()
 template <int BYTES> struct FlatChunk { typedef uint4 T; };
 template <> struct FlatChunk<8> { typedef uint2 T; };
 
+// i mod s in [0, s) for any i and s >= 1, by shift and subtract: no call to
+// the 64-bit remainder routine, whose saved registers spill slabf's tiles
+// (wrap mode's rare path, an index outside [-s, s)).
+__device__ __forceinline__ i64 wrap_far(i64 i, i64 s)
+{
+    const u64 d = (u64)s;
+    const u64 m = i < 0 ? (u64)0 - (u64)i : (u64)i;
+    u64 r = 0;
+#pragma unroll 1
+    for (int b = 63; b >= 0; --b) {
+        r = (r << 1) | ((m >> b) & 1u);  // r < 2d <= 2^64: s <= 2^63 - 1
+        if (r >= d) r -= d;
+    }
+    return (i64)(i < 0 && r ? d - r : r);
+}
+
 template <class U, class Idx, class M>
 __device__ __forceinline__ void flat_far(const FlatArgs& a, typename M::Ix c)
 {
@@ -972,7 +988,7 @@ __device__ __forceinline__ void flat_far(const FlatArgs& a, typename M::Ix c)
         divmod<M>(a.unit_div, g, row, u);
         divmod<M>(a.n_div, row, o, n);
         i64 i = load_index(idx + n);
-        resolve<MODE_WRAP>(i, a.axis_len);
+        i = wrap_far(i, a.axis_len);
         store_stream((U*)a.out + g,
                      __ldg((const U*)(a.data + (i64)o * a.s_outer + i * a.s_axis) + u));
     }
@@ -1171,6 +1187,95 @@ struct FlatFromStage {
     }
 };
 
+// slabf's chunks wholly inside a staged group, for rows of a chunk or more
+// (units >= V) of 4- and 8-byte units, in 32-bit index math (1-byte units and
+// 64-bit math spill here): a warp takes tiles of T = CG_SLABF_TILE x 32 consecutive
+// chunks [c0, c0 + 32T) below ce.  A tile's units meet at most 32T + 2 output
+// rows from r0, its first; lane l resolves rows r0 + 32s + l (s = 0..T), one
+// coalesced index load each, to their staged offsets (REJECT: the fill value),
+// and a chunk, which meets at most two rows, takes the offsets of its rows by
+// shuffle.  Against an index load per unit (flat_chunk): 1.3-1.6x on 20- to
+// 100-byte rows of 4-byte units from tables of a few KB (BENCHMARKS.md).
+#if !defined(CG_SLABF_TILE)
+#error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
+#endif
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ u64 slabf_tiles(const FlatArgs& a,
+                                            const FlatFromStage<typename M::Ix>& staged,
+                                            typename M::Ix o0, typename M::Ix cb,
+                                            typename M::Ix ce, u64 rend, u32 row_units)
+{
+    typedef typename M::Ix Ix;
+    constexpr int V = flat_units<U>();
+    constexpr int T = CG_SLABF_TILE;
+    constexpr u32 REJECT = 0xffffffffu;  // staged offsets fit in u32 (_group_grid)
+    typedef typename FlatChunk<V * sizeof(U)>::T Chunk;
+    const Ix units = (Ix)a.unit_div.d;
+    const Idx* idx = (const Idx*)a.indices;
+    const u32 lane = threadIdx.x & 31u;
+    const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
+    for (u64 c0 = (u64)cb + ((u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 * T);
+         c0 < (u64)ce; c0 += warps * (32 * T)) {
+        Ix r0, u0;
+        divmod<M>(a.unit_div, (Ix)c0 * (Ix)V, r0, u0);
+        u32 off[T + 1];
+        bool far = false;  // wrap mode: an index outside [-s, s) in this tile
+#pragma unroll
+        for (int s = 0; s <= T; ++s) {
+            const u64 r = (u64)r0 + (u64)(32 * s) + lane;
+            off[s] = REJECT;
+            if (r < rend) {
+                Ix o, n;
+                divmod<M>(a.n_div, (Ix)r, o, n);
+                i64 i = load_index(idx + n);
+                bool keep;
+                if (MODE == MODE_WRAP) {  // the remainder's call spills here: the caller's
+                    if (i < 0) i += a.axis_len;
+                    keep = (u64)i < (u64)a.axis_len;
+                    far |= !keep;
+                } else {
+                    keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
+                }
+                if (keep) off[s] = (u32)(o - o0) * row_units + (u32)i * (u32)units;
+            }
+        }
+        if (MODE == MODE_WRAP && __any_sync(0xffffffffu, far)) return c0;  // rare
+#pragma unroll
+        for (int q = 0; q < T; ++q) {
+            const u64 c = c0 + (u64)(32 * q) + lane;
+            const bool live = c < (u64)ce;
+            Ix r = r0, u = 0;
+            if (live) divmod<M>(a.unit_div, (Ix)c * (Ix)V, r, u);
+            const u32 rel = (u32)(r - r0);  // at most 32T + 1 where live
+            u32 b0 = REJECT, b1 = REJECT;
+#pragma unroll
+            for (int s = 0; s <= T; ++s) {  // every lane shuffles, live or not
+                const u32 x = __shfl_sync(0xffffffffu, off[s], rel & 31u);
+                const u32 y = __shfl_sync(0xffffffffu, off[s], (rel + 1u) & 31u);
+                if ((rel >> 5) == (u32)s) b0 = x;
+                if (((rel + 1u) >> 5) == (u32)s) b1 = y;
+            }
+            if (!live) continue;
+            U v[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const Ix uk = u + (Ix)k;
+                const bool next = uk >= units;  // units >= V: at most the next row
+                const u32 b = next ? b1 : b0;
+                const u32 at = (u32)(next ? uk - units : uk);
+                v[k] = (may_skip<MODE>() && b == REJECT)
+                           ? fill_at<U>(a.fill, c * V + (u64)k)
+                           : ((const U*)staged.stage)[b + at];
+            }
+            Chunk w;
+            memcpy(&w, v, sizeof(Chunk));
+            store_stream((Chunk*)a.out + c, w);
+        }
+    }
+    return ~(u64)0;
+}
+
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
 {
@@ -1195,12 +1300,31 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
         __syncthreads();
         const FlatFromStage<Ix> staged{stage, o0, (u32)(a.axis_len * units), (u32)units};
         const Ix begin = o0 * per_outer, end = (o0 + rows) * per_outer;
-        for (Ix c = (begin + V - 1) / V + (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x;
-             c < (end + V - 1) / V; c += (Ix)gridDim.x * (Ix)blockDim.x) {
-            if ((c + 1) * (Ix)V <= end)
-                flat_chunk<U, Idx, M, MODE>(a, c, total, units, n_idx, idx, staged);
-            else
-                flat_chunk<U, Idx, M, MODE>(a, c, total, units, n_idx, idx, data);
+        if (CG_SLABF_TILE > 0 && sizeof(U) >= 4 && sizeof(Ix) == 4 && units >= (Ix)V) {
+            const Ix cb = (begin + V - 1) / V, full = end / V;
+            if (cb < full) {
+                const u64 far = slabf_tiles<U, Idx, M, MODE>(a, staged, o0, cb, full,
+                                                             (u64)(o0 + rows) * (u64)n_idx,
+                                                             (u32)(a.axis_len * units));
+                // wrap mode, a tile with an index outside [-s, s): that tile and the
+                // warp's later ones as flat's chunks
+                const u64 step = (u64)gridDim.x * (blockDim.x >> 5) * (32 * CG_SLABF_TILE);
+                for (u64 c0 = far; c0 < (u64)full; c0 += step)
+                    for (u64 c = c0 + (threadIdx.x & 31u); c < c0 + 32 * CG_SLABF_TILE && c < (u64)full;
+                         c += 32)
+                        flat_chunk<U, Idx, M, MODE>(a, (Ix)c, total, units, n_idx, idx, staged);
+            }
+            // the chunk that runs past the group's output, if any, from global memory
+            if (cb <= full && full * (Ix)V < end && blockIdx.x == 0 && threadIdx.x == 0)
+                flat_chunk<U, Idx, M, MODE>(a, full, total, units, n_idx, idx, data);
+        } else {
+            for (Ix c = (begin + V - 1) / V + (Ix)blockIdx.x * (Ix)blockDim.x + (Ix)threadIdx.x;
+                 c < (end + V - 1) / V; c += (Ix)gridDim.x * (Ix)blockDim.x) {
+                if ((c + 1) * (Ix)V <= end)
+                    flat_chunk<U, Idx, M, MODE>(a, c, total, units, n_idx, idx, staged);
+                else
+                    flat_chunk<U, Idx, M, MODE>(a, c, total, units, n_idx, idx, data);
+            }
         }
         __syncthreads();
     }

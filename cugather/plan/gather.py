@@ -616,10 +616,15 @@ def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
     mname, fields = _flat_fields(per, units, n_outer, s_outer, s_axis, base["bounds"][0], n_idx,
                                  math_name)
     row = base["bounds"][0] * units * unit  # staged bytes of one outer row
+    # rows of a chunk or more in 4- or 8-byte units, 32-bit index math: a thread
+    # takes SLABF_TILE chunks (the kernel's tiles)
+    tiles = tuning.SLABF_TILE and unit >= 4 and units >= per and mname == "fast32"
+    per_thread = per * (tuning.SLABF_TILE if tiles else 1)
     group, grid = _group_grid(n_outer, row, _slab_stage(limits),
-                              cdiv(cdiv(n_idx * units, per), tuning.MAX_THREADS),
+                              cdiv(cdiv(n_idx * units, per_thread), tuning.MAX_THREADS),
                               tuning.SLAB_BLOCKS_PER_SM * limits.sm_count,
-                              lambda g: cdiv(cdiv(g * n_idx * units, per), tuning.MAX_THREADS),
+                              lambda g: cdiv(cdiv(g * n_idx * units, per_thread),
+                                             tuning.MAX_THREADS),
                               max_grid)
     fields.update(group=group, stage_unit=unit_for(align, s_outer, row))
     main = Launch(KernelKey("slabf", unit, index_dtype, mname, mode), fields, grid,

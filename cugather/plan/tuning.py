@@ -122,6 +122,11 @@ WEAVE_BLOCKS = 4
 # block's stage and tiles take up to 24 KB + 15 KB of shared memory).
 SLABR_RU = 4
 SLABR_BLOCKS = 4
+# slabf on rows of a chunk or more in 4- or 8-byte units (32-bit index math):
+# chunks a warp's tile takes, per lane (each tile's row indices loaded once, one per lane, and passed
+# by shuffle; 0: an index load per unit, flat's chunks).  1, 2 and 4 ran within
+# 3% of each other on 20- to 100-byte rows (benchmarks/probe-tinyrows).
+SLABF_TILE = 2
 # slabr's order 1 (a warp's picks written to every outer row of its group, each
 # index loaded once per group) where its groups have two outer rows or more,
 # each at least SLABR_ORDER_PICKS picks, and either every outer row starts its
@@ -242,6 +247,7 @@ KERNEL_DEFINES = {
     "CG_WEAVE_LANES": WEAVE_LANES,
     "CG_WEAVE_EDGES": WEAVE_EDGES,
     "CG_SLABR_RU": SLABR_RU,
+    "CG_SLABF_TILE": SLABF_TILE,
     "CG_SPAN_V": SPAN_V,
     "CG_ELEMENTS_ILP": ELEMENTS_ILP,
     "CG_ELEMENTS_ROW_PICKS": ELEMENTS_ROW_PICKS,

@@ -255,8 +255,13 @@ def _slabf(key: KernelKey) -> list:
     # groups; one block looping over the groups and over each group's chunks; a
     # group per block; rows of one unit; outer rows not back to back (staged row
     # by row); a misaligned table (1-unit staging loads); an axis of length 1;
-    # one outer slice.
+    # one outer slice.  Rows of a chunk or more take the warps' tiles (rows of 5
+    # and 7 units for 4- and 8-byte units; 19 units for every width): several
+    # tiles per warp over groups of three outer rows, a tiny table of one outer
+    # slice whose tiles cross many rows each.
     return [
+        Case((7, 20, 19), axis=1, index_shape=(130,), **_common(key, "tile-groups", max_grid=2)),
+        Case((2, 19), axis=0, index_shape=(2500,), **_common(key, "tile-tiny", max_grid=3)),
         Case((2200, 3, 5), axis=1, index_shape=(11,), **_common(key, "groups", max_grid=2)),
         Case((3, 40, 7), axis=1, index_shape=(1300,), **_common(key, "loop", max_grid=1)),
         Case((6, 40, 7), axis=1, index_shape=(300,), **_common(key, "blocks")),
