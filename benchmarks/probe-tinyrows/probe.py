@@ -213,7 +213,17 @@ for name, shape, dtype, n, idt in GEOS:
         res["slabf_error"] = str(e)
         pairs = ()
     if pairs:
-        for tag, (bk, pl) in zip(("slabf", "slabf0"), pairs):
+        (bk_new, pl_new) = pairs[0]
+        variants = [("slabf", pairs[0]), ("slabf0", pairs[1])]
+        if os.environ.get("PROBE_SLABF_VARIANTS") == "1":
+            from cugather.compile.compiler import load_kernel
+            lk4 = load_kernel(pl_new.main.key, 0, ("-DCG_MIN_BLOCKS=4",))
+            g = pl_new.main.grid
+            half = dataclasses.replace(pl_new.main, grid=(max(1, g[0] // 2), g[1], g[2]))
+            variants += [("slabf_mb4", (BoundKernel(lk4, pl_new.main), pl_new)),
+                         ("slabf_g2", (BoundKernel(bk_new.kernel, half), pl_new)),
+                         ("slabf_mb4_g2", (BoundKernel(lk4, half), pl_new))]
+        for tag, (bk, pl) in variants:
             res[tag + "_launch"] = [list(pl.main.grid), list(pl.main.block), pl.main.shared_mem]
             fns[tag] = (lambda bk=bk: bk.launch(cp.cuda.get_current_stream().ptr, data.data.ptr,
                                                 idx.data.ptr, out.data.ptr, 0))
@@ -263,7 +273,8 @@ for name, shape, dtype, n, idt in GEOS:
                       for k, v in res["us"].items()}
     R["geometries"][name] = res
     best = sorted(res["of_copy"].items(), key=lambda kv: -kv[1])[:3]
-    mine = {k: res["of_copy"].get(k) for k in ("cugather", "slabf", "slabf0", "jax", "torch")}
+    mine = {k: res["of_copy"].get(k) for k in ("cugather", "slabf", "slabf0", "slabf_mb4", "slabf_g2",
+                                               "slabf_mb4_g2", "jax", "torch")}
     print(name, "mismatch", bad, "plan", res["plan"], json.dumps(mine), json.dumps(best), flush=True)
     del data, idx, ref, out, src, dst
     cp.get_default_memory_pool().free_all_blocks()

@@ -620,9 +620,10 @@ def _plan_slabf(unit, units, n_outer, s_outer, s_axis, n_idx, index_dtype, mode,
     # takes SLABF_TILE chunks (the kernel's tiles)
     tiles = tuning.SLABF_TILE and unit >= 4 and units >= per and mname == "fast32"
     per_thread = per * (tuning.SLABF_TILE if tiles else 1)
+    per_sm = tuning.SLABF_TILE_BLOCKS_PER_SM if tiles else tuning.SLAB_BLOCKS_PER_SM
     group, grid = _group_grid(n_outer, row, _slab_stage(limits),
                               cdiv(cdiv(n_idx * units, per_thread), tuning.MAX_THREADS),
-                              tuning.SLAB_BLOCKS_PER_SM * limits.sm_count,
+                              per_sm * limits.sm_count,
                               lambda g: cdiv(cdiv(g * n_idx * units, per_thread),
                                              tuning.MAX_THREADS),
                               max_grid)

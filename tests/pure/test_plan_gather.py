@@ -295,6 +295,33 @@ def test_slabf_stages_groups_of_outer_rows():
         plan_of(((5, 50, 3), "u1"), (30,), axis=1, kind="slabf", out_align=8)
 
 
+def test_slabf_tiles_take_fewer_threads_and_one_wave():
+    """slabf on rows of a chunk or more in 4- and 8-byte units with 32-bit math
+    (the kernel's warps' tiles): SLABF_TILE chunks a thread, at most
+    SLABF_TILE_BLOCKS_PER_SM blocks per SM; narrower units, shorter rows and
+    64-bit math keep a chunk a thread and SLAB_BLOCKS_PER_SM."""
+    limits = DeviceLimits(132, 232448)
+    # 100-byte rows of a 200-byte table, 2.7M picks: 16.8M chunks, the grid capped
+    p = plan_of(((2, 25), "i4"), (2685192,), axis=0, kind="slabf", limits=limits)
+    assert p.key.unit == 4 and p.key.math == "fast32"
+    assert p.grid == (tuning.SLABF_TILE_BLOCKS_PER_SM * 132, 1, 1) == (528, 1, 1)
+    # 20-byte rows, 3000 picks: 3750 chunks, SLABF_TILE to a thread
+    p = plan_of(((72, 5), "f4"), (3000,), axis=0, kind="slabf", limits=limits)
+    assert p.grid == (math.ceil(3000 * 5 / 4 / tuning.SLABF_TILE / tuning.MAX_THREADS), 1, 1)
+    # 8-byte units, 24-byte rows: tiles
+    p = plan_of(((20, 3), "f8"), (3000,), axis=0, kind="slabf", limits=limits)
+    assert p.key.unit == 8
+    assert p.grid == (math.ceil(3000 * 3 / 2 / tuning.SLABF_TILE / tuning.MAX_THREADS), 1, 1)
+    # 12-byte rows (under a chunk) and 2-byte units: a chunk a thread, slab's cap
+    for shape, dtype in (((40, 3), "f4"), ((40, 25), "i2")):
+        p = plan_of((shape, dtype), (2685192,), axis=0, kind="slabf", limits=limits)
+        assert p.grid == (tuning.SLAB_BLOCKS_PER_SM * 132, 1, 1) == (1056, 1, 1), (shape, dtype)
+    # 64-bit math: no tiles
+    p = plan_of(((2, 25), "i4"), (2685192,), axis=0, kind="slabf", limits=limits,
+                math_name="fast64")
+    assert p.grid == (tuning.SLAB_BLOCKS_PER_SM * 132, 1, 1)
+
+
 def test_inner_splits_an_outer_rows_picks_into_chunks_of_32_kib_or_one_staged_row(monkeypatch):
     """inner: an outer row's picks in chunks of 256-pick blocks, each chunk at most
     INNER_CHUNK_BYTES out or one staged row (the larger), rounded up to a block,
