@@ -1194,8 +1194,11 @@ struct FlatFromStage {
 // rows from r0, its first; lane l resolves rows r0 + 32s + l (s = 0..T), one
 // coalesced index load each, to their staged offsets (REJECT: the fill value),
 // and a chunk, which meets at most two rows, takes the offsets of its rows by
-// shuffle.  Against an index load per unit (flat_chunk): 1.3-1.6x on 20- to
-// 100-byte rows of 4-byte units from tables of a few KB (BENCHMARKS.md).
+// shuffle.  Against an index load per unit (flat_chunk): 1.05-1.16x on 20- to
+// 100-byte rows of 4- and 8-byte units from tables of a few KB (H100,
+// benchmarks/probe-tinyrows).  Wrap mode: a tile with an index outside
+// [-s, s) returns its first chunk, which the caller writes on as flat does
+// (the remainder's call, inlined here, spilled the tiles).
 #if !defined(CG_SLABF_TILE)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
@@ -1230,7 +1233,7 @@ __device__ __forceinline__ u64 slabf_tiles(const FlatArgs& a,
                 divmod<M>(a.n_div, (Ix)r, o, n);
                 i64 i = load_index(idx + n);
                 bool keep;
-                if (MODE == MODE_WRAP) {  // the remainder's call spills here: the caller's
+                if (MODE == MODE_WRAP) {  // no remainder here: see above
                     if (i < 0) i += a.axis_len;
                     keep = (u64)i < (u64)a.axis_len;
                     far |= !keep;
@@ -1308,10 +1311,10 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
                                                              (u32)(a.axis_len * units));
                 // wrap mode, a tile with an index outside [-s, s): that tile and the
                 // warp's later ones as flat's chunks
-                const u64 step = (u64)gridDim.x * (blockDim.x >> 5) * (32 * CG_SLABF_TILE);
+                const u64 tile = 32 * CG_SLABF_TILE;
+                const u64 step = (u64)gridDim.x * (blockDim.x >> 5) * tile;
                 for (u64 c0 = far; c0 < (u64)full; c0 += step)
-                    for (u64 c = c0 + (threadIdx.x & 31u); c < c0 + 32 * CG_SLABF_TILE && c < (u64)full;
-                         c += 32)
+                    for (u64 c = c0 + (threadIdx.x & 31u); c < c0 + tile && c < (u64)full; c += 32)
                         flat_chunk<U, Idx, M, MODE>(a, (Ix)c, total, units, n_idx, idx, staged);
             }
             // the chunk that runs past the group's output, if any, from global memory

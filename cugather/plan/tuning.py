@@ -123,12 +123,13 @@ WEAVE_BLOCKS = 4
 SLABR_RU = 4
 SLABR_BLOCKS = 4
 # slabf on rows of a chunk or more in 4- or 8-byte units (32-bit index math):
-# chunks a warp's tile takes, per lane (each tile's row indices loaded once, one per lane, and passed
-# by shuffle; 0: an index load per unit, flat's chunks).  1, 2 and 4 ran within
-# 3% of each other on 20- to 100-byte rows (benchmarks/probe-tinyrows).  Its
-# grid fills at most SLABF_TILE_BLOCKS_PER_SM blocks a SM, one wave (6 resident
-# at its launch bounds): against slab's 8, a second wave of 2, 1.06-1.15x on
-# 100-300 MB outputs of 20- to 100-byte rows (H100, benchmarks/probe-tinyrows).
+# chunks a warp's tile takes, per lane (each tile's row indices loaded once,
+# one per lane, and passed by shuffle; 0: an index load per unit, flat's
+# chunks); prototypes with 1, 2 and 4 ran within 3% of each other on 20- to
+# 100-byte rows.  Its grid fills at most SLABF_TILE_BLOCKS_PER_SM blocks a SM,
+# one wave (6 resident at its launch bounds): against slab's 8, a second wave
+# of 2, 1.06-1.15x on 100-300 MB outputs of 20- to 100-byte rows (H100,
+# benchmarks/probe-tinyrows).
 SLABF_TILE = 2
 SLABF_TILE_BLOCKS_PER_SM = 4
 # slabr's order 1 (a warp's picks written to every outer row of its group, each
