@@ -1206,22 +1206,20 @@ struct FlatFromStage {
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ u64 slabf_tiles(const FlatArgs& a,
                                             const FlatFromStage<typename M::Ix>& staged,
-                                            typename M::Ix o0, typename M::Ix cb,
-                                            typename M::Ix ce, u64 rend, u32 row_units)
+                                            typename M::Ix cb, typename M::Ix ce, u64 rend)
 {
     typedef typename M::Ix Ix;
     constexpr int V = flat_units<U>();
     constexpr int T = CG_SLABF_TILE;
     constexpr u32 REJECT = 0xffffffffu;  // staged offsets fit in u32 (_group_grid)
     typedef typename FlatChunk<V * sizeof(U)>::T Chunk;
-    const Ix units = (Ix)a.unit_div.d;
+    const Ix units = (Ix)staged.units;
     const Idx* idx = (const Idx*)a.indices;
     const u32 lane = threadIdx.x & 31u;
     const u64 warps = (u64)gridDim.x * (blockDim.x >> 5);
     for (u64 c0 = (u64)cb + ((u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 * T);
          c0 < (u64)ce; c0 += warps * (32 * T)) {
-        Ix r0, u0;
-        divmod<M>(a.unit_div, (Ix)c0 * (Ix)V, r0, u0);
+        const Ix r0 = M::div(a.unit_div, (Ix)c0 * (Ix)V);
         u32 off[T + 1];
         bool far = false;  // wrap mode: an index outside [-s, s) in this tile
 #pragma unroll
@@ -1240,7 +1238,7 @@ __device__ __forceinline__ u64 slabf_tiles(const FlatArgs& a,
                 } else {
                     keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, (u64)n);
                 }
-                if (keep) off[s] = (u32)(o - o0) * row_units + (u32)i * (u32)units;
+                if (keep) off[s] = (u32)(o - staged.o0) * staged.row_units + (u32)i * staged.units;
             }
         }
         if (MODE == MODE_WRAP && __any_sync(0xffffffffu, far)) return c0;  // rare
@@ -1306,9 +1304,8 @@ __device__ __forceinline__ void gather_slabf(const FlatArgs& a)
         if (CG_SLABF_TILE > 0 && sizeof(U) >= 4 && sizeof(Ix) == 4 && units >= (Ix)V) {
             const Ix cb = (begin + V - 1) / V, full = end / V;
             if (cb < full) {
-                const u64 far = slabf_tiles<U, Idx, M, MODE>(a, staged, o0, cb, full,
-                                                             (u64)(o0 + rows) * (u64)n_idx,
-                                                             (u32)(a.axis_len * units));
+                const u64 far = slabf_tiles<U, Idx, M, MODE>(a, staged, cb, full,
+                                                             (u64)(o0 + rows) * (u64)n_idx);
                 // wrap mode, a tile with an index outside [-s, s): that tile and the
                 // warp's later ones as flat's chunks
                 const u64 tile = 32 * CG_SLABF_TILE;
