@@ -281,7 +281,7 @@ __device__ __forceinline__ void gather_inner(const GatherArgs& a)
 // slab_word(unit) bytes at a time, several consecutive picks.
 // ---------------------------------------------------------------------------
 #if !defined(CG_SLAB_ILP) || !defined(CG_SLAB_WORD_U1) || !defined(CG_SLAB_WORD_U2) || \
-    !defined(CG_SLAB_WORD_U4)
+    !defined(CG_SLAB_WORD_U4) || !defined(CG_SLAB_ALIGN)
 #error "compile kernels/*.cuh through cugather's renderer: it defines the CG_* constants"
 #endif
 
@@ -310,9 +310,18 @@ __device__ __forceinline__ void slab_stage(const char* data, i64 s_outer, u32 st
     }
 }
 
+#if CG_SLAB_ALIGN
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void slab_aligned(const GatherArgs& a);
+#endif
+
 template <class U, class Idx, class M, int MODE>
 __device__ __forceinline__ void gather_slab(const GatherArgs& a)
 {
+#if CG_SLAB_ALIGN
+    slab_aligned<U, Idx, M, MODE>(a);
+    return;
+#endif
     typedef typename M::Ix Ix;
     CG_DYNAMIC_SMEM(unsigned char, stage);
     const U* staged = (const U*)stage;
@@ -359,6 +368,77 @@ __device__ __forceinline__ void gather_slab(const GatherArgs& a)
         __syncthreads();
     }
 }
+
+#if CG_SLAB_ALIGN
+// slab with each warp's stores on whole 32-unit stretches of the output: output
+// row r starts h_r = (row start in units) mod 32 units past such a stretch, so
+// slot k of every row takes pick k - h_r, whose staged offset the warp holds in
+// lane (lane - h_r) mod 32, among its own picks (k - lane ..) or the 32 before
+// (k - lane - 32 ..), each lane having resolved one of each.  A row that starts
+// misaligned otherwise splits a sector between two warps, which store it at
+// different times.
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void slab_aligned(const GatherArgs& a)
+{
+    typedef typename M::Ix Ix;
+    constexpr int NONE = -2, FILL = -1;  // no pick here; a pick that takes the fill value
+    CG_DYNAMIC_SMEM(unsigned char, stage);
+    const U* staged = (const U*)stage;
+    const u64 n_idx = a.n_indices;
+    const Ix outer = (Ix)a.outer;
+    const Ix group = (Ix)a.chunk;
+    const Idx* idx = (const Idx*)a.indices;
+    const U fillv = fill_unit<U>(a.fill);
+    const u64 row_bytes = (u64)a.axis_len * sizeof(U);
+    const u64 slots = n_idx + 31;  // slots of a row at any phase
+    const u32 lane = threadIdx.x & 31;
+    const u64 step = (u64)gridDim.x * blockDim.x;
+
+    for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
+        const Ix rows = (outer - o0 < group) ? outer - o0 : group;
+        slab_stage(a.data, a.s_outer, a.stage_unit, o0, rows, row_bytes, stage);
+        __syncthreads();
+        // whole warps loop (the shuffles below); lanes past the last slot write nothing
+        for (u64 k0 = (u64)blockIdx.x * blockDim.x + threadIdx.x; k0 - lane < slots;
+             k0 += step * CG_SLAB_ILP) {
+            int cur[CG_SLAB_ILP], prev[CG_SLAB_ILP];
+            i64 ic[CG_SLAB_ILP], ip[CG_SLAB_ILP];
+#pragma unroll
+            for (int j = 0; j < CG_SLAB_ILP; ++j) {  // every load in flight before any is used
+                const u64 n = k0 + j * step;
+                ic[j] = n < n_idx ? load_index(idx + n) : 0;
+                ip[j] = (n >= 32 && n - 32 < n_idx) ? load_index(idx + (n - 32)) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < CG_SLAB_ILP; ++j) {
+                const u64 n = k0 + j * step;
+                cur[j] = n < n_idx ? (resolve_checked<MODE>(ic[j], a.axis_len, a.first_bad, n)
+                                      ? (int)ic[j] : FILL) : NONE;
+                prev[j] = (n >= 32 && n - 32 < n_idx)
+                              ? (resolve_checked<MODE>(ip[j], a.axis_len, a.first_bad, n - 32)
+                                 ? (int)ip[j] : FILL) : NONE;
+            }
+            u64 start = (u64)o0 * n_idx;  // the row's first output unit
+#pragma unroll 2
+            for (Ix r = 0; r < rows; ++r) {
+                const u32 h = (u32)start & 31u;
+                const u32 src = (lane - h) & 31u;
+                const U* row = staged + (u64)r * (u64)a.axis_len;
+                U* dst = (U*)a.out + (start - h);
+#pragma unroll
+                for (int j = 0; j < CG_SLAB_ILP; ++j) {
+                    const int c = __shfl_sync(0xffffffffu, cur[j], src);
+                    const int p = __shfl_sync(0xffffffffu, prev[j], src);
+                    const int o = lane >= h ? c : p;
+                    if (o != NONE) store_stream(dst + (k0 + j * step), o >= 0 ? row[o] : fillv);
+                }
+                start += n_idx;
+            }
+        }
+        __syncthreads();
+    }
+}
+#endif
 
 template <int BYTES> struct SlabWord;
 template <> struct SlabWord<4> { typedef u32 T; };

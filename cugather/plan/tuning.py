@@ -84,6 +84,9 @@ SLAB_STAGE_RATIO = 2
 # the unit itself: no slabw kernel for that unit).
 SLAB_ILP = 4
 SLAB_WORD = {1: 4, 2: 4, 4: 8}
+# slab: 1 to store on whole 32-unit stretches of the output at any row phase
+# (kernels/gather.cuh slab_aligned), 0 to store each row from its first unit.
+SLAB_ALIGN = 0
 # window: 16-byte output chunks per thread; rows up to this many bytes take
 # the window kernel when the rows kernel could only move them in 1- or 2-byte
 # units (over the random sweep: 1.04x-2.07x the rows kernel there; with
@@ -244,6 +247,7 @@ KERNEL_DEFINES = {
     "CG_SLAB_WORD_U1": SLAB_WORD[1],
     "CG_SLAB_WORD_U2": SLAB_WORD[2],
     "CG_SLAB_WORD_U4": SLAB_WORD[4],
+    "CG_SLAB_ALIGN": SLAB_ALIGN,
     "CG_STAGE_ILP": STAGE_ILP,
     "CG_WINDOW_ILP": WINDOW_ILP,
     "CG_PACK_ROWS": PACK_ROWS,
