@@ -373,6 +373,42 @@ def test_weave_edges_setting(monkeypatch):
         _fresh_sources()
 
 
+@pytest.mark.parametrize("setting", [0, 1])
+def test_slab_align_setting(setting, monkeypatch):
+    """slab rendered with CG_SLAB_ALIGN at 0 and 1 (tuning.SLAB_ALIGN: each warp's
+    stores on whole 32-unit stretches of the output) on 1- to 8-byte units, pick
+    counts that start the outer rows at every phase of 32 units, fewer picks
+    than a warp, small grids that loop, fill and raise modes, against
+    numpy.take."""
+    monkeypatch.setitem(tuning.KERNEL_DEFINES, "CG_SLAB_ALIGN", setting)
+    _fresh_sources()
+    try:
+        text = render.render(KernelKey("slab", 4, "int64", "fast32", "wrap")).text
+        assert f"#define CG_SLAB_ALIGN {setting}" in text, "the setting is not rendered"
+        rng = np.random.default_rng(4099 + setting)
+        for dtype in ("uint8", "int16", "float32", "int64"):
+            for outer, axis_len, picks, grid in ((5, 50, 701, None), (7, 30, 33, 2),
+                                                 (9, 13, 5, None), (3, 50, 1303, 1)):
+                data = runner.device_copy(random_data(rng, (outer, axis_len), dtype))
+                for mode in ("wrap", "fill"):
+                    idx = rng.integers(-axis_len - (mode == "fill") * 4, axis_len + 3,
+                                       size=picks)
+                    force = dict(kind="slab") if grid is None else dict(kind="slab",
+                                                                       max_grid=grid)
+                    got = runner.host_gather(data, idx, 1, mode=mode, fill_value=7, **force)
+                    assert_same(got, gather_ref(data, idx, 1, mode, 7),
+                                f"{dtype} ({outer}, {axis_len}), {picks} picks, {mode}")
+                    ran = [k.kind for k, *_ in runner.last_launches()]
+                    assert ran == ["slab"], runner.last_launches()
+        data = runner.device_copy(random_data(rng, (4, 20), "float32"))
+        idx = np.arange(-20, 41) % 23 - 1  # 21 and 22 are out of range
+        with pytest.raises(IndexError, match="out of bounds"):
+            runner.host_gather(data, idx, 1, mode="raise", kind="slab")
+    finally:
+        monkeypatch.undo()
+        _fresh_sources()
+
+
 def _fresh_sources():
     render.sources_digest.cache_clear()
     render.render.cache_clear()
