@@ -311,65 +311,6 @@ __device__ __forceinline__ void slab_stage(const char* data, i64 s_outer, u32 st
 }
 
 #if CG_SLAB_ALIGN
-template <class U, class Idx, class M, int MODE>
-__device__ __forceinline__ void slab_aligned(const GatherArgs& a);
-#endif
-
-template <class U, class Idx, class M, int MODE>
-__device__ __forceinline__ void gather_slab(const GatherArgs& a)
-{
-#if CG_SLAB_ALIGN
-    slab_aligned<U, Idx, M, MODE>(a);
-    return;
-#endif
-    typedef typename M::Ix Ix;
-    CG_DYNAMIC_SMEM(unsigned char, stage);
-    const U* staged = (const U*)stage;
-    const Ix n_idx = (Ix)a.n_indices;
-    const Ix outer = (Ix)a.outer;
-    const Ix group = (Ix)a.chunk;
-    const Ix axis_len = (Ix)a.axis_len;
-    const Idx* idx = (const Idx*)a.indices;
-    const U fillv = fill_unit<U>(a.fill);
-    const u64 row_bytes = (u64)a.axis_len * sizeof(U);
-
-    for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
-        const Ix rows = (outer - o0 < group) ? outer - o0 : group;
-        slab_stage(a.data, a.s_outer, a.stage_unit, o0, rows, row_bytes, stage);
-        __syncthreads();
-        U* out = (U*)a.out + (u64)o0 * (u64)n_idx;
-        const u64 step = (u64)gridDim.x * blockDim.x;
-        for (u64 n0 = (u64)blockIdx.x * blockDim.x + threadIdx.x; n0 < (u64)n_idx;
-             n0 += step * CG_SLAB_ILP) {
-            // CG_SLAB_ILP index loads in flight before the first is used (one at a
-            // time: 61% of copy on 3 outer rows of 1-byte picks; 4: 91%)
-            i64 ii[CG_SLAB_ILP];
-#pragma unroll
-            for (int k = 0; k < CG_SLAB_ILP; ++k) {
-                const u64 n = n0 + k * step;
-                ii[k] = n < (u64)n_idx ? load_index(idx + n) : 0;
-            }
-#pragma unroll
-            for (int k = 0; k < CG_SLAB_ILP; ++k) {
-                const u64 n = n0 + k * step;
-                if (n >= (u64)n_idx) break;
-                i64 i = ii[k];
-                const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, n);
-                const U* src = staged + (keep ? (Ix)i : (Ix)0);
-                U* dst = out + n;
-#pragma unroll 4
-                for (Ix r = 0; r < rows; ++r) {
-                    store_stream(dst, keep ? *src : fillv);
-                    src += axis_len;
-                    dst += n_idx;
-                }
-            }
-        }
-        __syncthreads();
-    }
-}
-
-#if CG_SLAB_ALIGN
 // slab with each warp's stores on whole 32-unit stretches of the output: output
 // row r starts h_r = (row start in units) mod 32 units past such a stretch, so
 // slot k of every row takes pick k - h_r, whose staged offset the warp holds in
@@ -439,6 +380,60 @@ __device__ __forceinline__ void slab_aligned(const GatherArgs& a)
     }
 }
 #endif
+
+template <class U, class Idx, class M, int MODE>
+__device__ __forceinline__ void gather_slab(const GatherArgs& a)
+{
+#if CG_SLAB_ALIGN
+    slab_aligned<U, Idx, M, MODE>(a);
+#else
+    typedef typename M::Ix Ix;
+    CG_DYNAMIC_SMEM(unsigned char, stage);
+    const U* staged = (const U*)stage;
+    const Ix n_idx = (Ix)a.n_indices;
+    const Ix outer = (Ix)a.outer;
+    const Ix group = (Ix)a.chunk;
+    const Ix axis_len = (Ix)a.axis_len;
+    const Idx* idx = (const Idx*)a.indices;
+    const U fillv = fill_unit<U>(a.fill);
+    const u64 row_bytes = (u64)a.axis_len * sizeof(U);
+
+    for (Ix o0 = (Ix)blockIdx.y * group; o0 < outer; o0 += (Ix)gridDim.y * group) {
+        const Ix rows = (outer - o0 < group) ? outer - o0 : group;
+        slab_stage(a.data, a.s_outer, a.stage_unit, o0, rows, row_bytes, stage);
+        __syncthreads();
+        U* out = (U*)a.out + (u64)o0 * (u64)n_idx;
+        const u64 step = (u64)gridDim.x * blockDim.x;
+        for (u64 n0 = (u64)blockIdx.x * blockDim.x + threadIdx.x; n0 < (u64)n_idx;
+             n0 += step * CG_SLAB_ILP) {
+            // CG_SLAB_ILP index loads in flight before the first is used (one at a
+            // time: 61% of copy on 3 outer rows of 1-byte picks; 4: 91%)
+            i64 ii[CG_SLAB_ILP];
+#pragma unroll
+            for (int k = 0; k < CG_SLAB_ILP; ++k) {
+                const u64 n = n0 + k * step;
+                ii[k] = n < (u64)n_idx ? load_index(idx + n) : 0;
+            }
+#pragma unroll
+            for (int k = 0; k < CG_SLAB_ILP; ++k) {
+                const u64 n = n0 + k * step;
+                if (n >= (u64)n_idx) break;
+                i64 i = ii[k];
+                const bool keep = resolve_checked<MODE>(i, a.axis_len, a.first_bad, n);
+                const U* src = staged + (keep ? (Ix)i : (Ix)0);
+                U* dst = out + n;
+#pragma unroll 4
+                for (Ix r = 0; r < rows; ++r) {
+                    store_stream(dst, keep ? *src : fillv);
+                    src += axis_len;
+                    dst += n_idx;
+                }
+            }
+        }
+        __syncthreads();
+    }
+#endif
+}
 
 template <int BYTES> struct SlabWord;
 template <> struct SlabWord<4> { typedef u32 T; };
