@@ -12,8 +12,9 @@ before planning (PROBE_STAGES, PROBE_BLOCKS: comma-separated values, default
 the first run's); with PROBE_PLAIN=1 each kernel also rendered with
 CG_STREAM_STORES 0 (plain stores where the library stores evict-first: tag
 suffix _plain); slab also rendered with CG_SLAB_ALIGN 1 (its stores on whole
-32-unit stretches of the output: suffix _al).  Every output checked bit for bit against cupy.take; median
-ms, effective bandwidth (2 x output + index bytes) over the copy of the output.
+32-unit stretches of the output: suffix _al).  Every output checked bit for
+bit against cupy.take; median ms, effective bandwidth (2 x output + index
+bytes) over the copy of the output.
 PROBE_SET=odd: geometries whose picks per outer row are odd or even, so that
 output rows start misaligned or aligned.
 """
@@ -72,6 +73,8 @@ def variant_kernel(plan, plain=False, align=False):
     module.load(ck.binary)
     lk = LoadedKernel(ck, 0, module, module.get_function(plan.main.key.entry))
     return BoundKernel(lk, plan.main)
+
+
 NAIVE = cp.RawKernel(r"""
 template <class T, class I>
 __device__ void body(const T* __restrict__ tab, const I* __restrict__ idx, T* __restrict__ out,
@@ -155,7 +158,6 @@ for shape, dtype, axis, n, idt in GEOS:
             row["ms"][vtag] = float(np.median(adaptive(timer, go))) if ok else "MISMATCH"
             del out
     ax, total = shape[axis], ref.size
-    outer = int(np.prod(shape[:axis]))
     if axis == data.ndim - 1 and total < 2**32:
         out = cp.empty_like(ref)
         args = (data, idx, out, np.uint32(n), np.uint32(ax), np.uint32(total),

@@ -401,7 +401,7 @@ def test_slab_align_setting(setting, monkeypatch):
                     ran = [k.kind for k, *_ in runner.last_launches()]
                     assert ran == ["slab"], runner.last_launches()
         data = runner.device_copy(random_data(rng, (4, 20), "float32"))
-        idx = np.arange(-20, 41) % 23 - 1  # 21 and 22 are out of range
+        idx = np.arange(-20, 41) % 23 - 1  # -1 to 21: 20 and 21 are out of range
         with pytest.raises(IndexError, match="out of bounds"):
             runner.host_gather(data, idx, 1, mode="raise", kind="slab")
     finally:
