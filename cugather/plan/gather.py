@@ -384,7 +384,8 @@ def _slab_launch(unit: int, index_dtype: str, math_name: str, mode: str, axis_le
     per block, each index read once per group; ``words``: the slabw kernel, which
     stores several consecutive picks at a time."""
     row = axis_len * unit
-    target = tuning.SLAB_BLOCKS_PER_SM * limits.sm_count
+    big = n_outer * n_idx * unit >= tuning.SLAB_BIG_OUT
+    target = (tuning.SLAB_BIG_BLOCKS_PER_SM if big else tuning.SLAB_BLOCKS_PER_SM) * limits.sm_count
     # a thread takes one pick at a time, or (words) one word slot: a word of
     # `per` picks at any phase of the row (kernels/gather.cuh gather_slabw)
     per = _slab_word(unit) // unit if words else 1

@@ -73,6 +73,13 @@ INNER_BALANCE = True
 # 256 threads per SM, against 4 at 48 KB), and blocks per SM the grid aims at.
 SLAB_MAX_STAGE = 24 * 1024
 SLAB_BLOCKS_PER_SM = 8
+# slab and slabw writing SLAB_BIG_OUT bytes or more: SLAB_BIG_BLOCKS_PER_SM.
+# H100 (benchmarks/probe-losers/align_ab.py, align-ab-h100.json), 111 slab and
+# slabw plans of eight sweeps, 16 against 8 blocks a SM: 1.056x in geometric
+# mean on the 51 writing 64 MiB or more (0.989x-1.224x), 0.955x on the smaller
+# ones (down to 0.76x on 2-7 MB), so the smaller keep 8.
+SLAB_BIG_OUT = 64 << 20
+SLAB_BIG_BLOCKS_PER_SM = 16
 # slab and slabw: the index blocks of a group (each stages the group again) at
 # most this many times the picks per axis element, 0 for no limit.  H200, the 63
 # slab plans it changes among six held-out sweeps and the seed-1004 tuning
@@ -86,6 +93,10 @@ SLAB_ILP = 4
 SLAB_WORD = {1: 4, 2: 4, 4: 8}
 # slab: 1 to store on whole 32-unit stretches of the output at any row phase
 # (kernels/gather.cuh slab_aligned), 0 to store each row from its first unit.
+# H100 (align-ab-h100.json): 0.62x in geometric mean over 77 slab plans of
+# eight sweeps, 0.27x-1.31x; rows whose starts fall off 32-byte sectors gain
+# (10583 float32 picks a row: 0.85 to 1.29 of a copy) and aligned rows lose
+# more (8000 uint8 picks: 1.60 to 0.29), each lane resolving two picks.
 SLAB_ALIGN = 0
 # window: 16-byte output chunks per thread; rows up to this many bytes take
 # the window kernel when the rows kernel could only move them in 1- or 2-byte

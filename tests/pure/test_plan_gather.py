@@ -260,6 +260,29 @@ def test_slab_index_blocks_stage_at_most_twice_the_picks_per_axis_element(monkey
     assert launch((2994, 4535), 1152) == ((2, 599), 5, 22688)
 
 
+def test_slab_grids_of_outputs_of_64_mib_or_more_aim_at_16_blocks_a_sm():
+    """slab and slabw: SLAB_BLOCKS_PER_SM (8) blocks a SM under SLAB_BIG_OUT
+    (64 MiB) written, SLAB_BIG_BLOCKS_PER_SM (16) from there on; slabf keeps 8."""
+    from cugather.plan import tuning
+
+    assert (tuning.SLAB_BIG_OUT, tuning.SLAB_BLOCKS_PER_SM,
+            tuning.SLAB_BIG_BLOCKS_PER_SM) == (64 << 20, 8, 16)
+    limits = DeviceLimits(132, 232448)
+    for kind in ("slab", "slabw"):
+        # one outer row of a 400-byte axis: the indices alone give the blocks
+        under = plan_of(((1, 400), "u1"), ((64 << 20) - 1,), axis=1, kind=kind, limits=limits)
+        at = plan_of(((1, 400), "u1"), (64 << 20,), axis=1, kind=kind, limits=limits)
+        assert under.grid == (1056, 1, 1) and at.grid == (2112, 1, 1), kind
+        # 64 MiB in 4-byte units from 8 outer rows of 200 B: one group of the 8
+        p = plan_of(((8, 50), "f4"), (2 << 20,), axis=1, kind=kind, limits=limits)
+        assert p.grid == (2112, 1, 1) and p.fields["chunk"] == 8, kind
+        p = plan_of(((8, 50), "f4"), ((2 << 20) - 1,), axis=1, kind=kind, limits=limits)
+        assert p.grid == (1056, 1, 1) and p.fields["chunk"] == 8, kind
+    # slabf's grid (one chunk a thread: 2-byte units) stays at 8 a SM past 64 MiB
+    p = plan_of(((40, 25), "i2"), (2 << 20,), axis=0, kind="slabf", limits=limits)
+    assert p.grid == (1056, 1, 1)
+
+
 def test_slabf_stages_groups_of_outer_rows():
     """slabf: as many outer rows per group as SLAB_MAX_STAGE holds where one outer
     row's chunks fill the GPU, fewer where the outer rows must give the blocks;
