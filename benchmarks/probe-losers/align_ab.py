@@ -12,42 +12,23 @@ compiled the same way, checked bit for bit against cupy.take, then all timed
 in alternation, 8 rounds of 15 calls between events behind a holding kernel:
 medians, microseconds.  AB_BUDGET_S: seconds after which no geometry starts.
 """
-import dataclasses, gzip, json, os, time
+import gzip, json, os, time
 import numpy as np
 import cupy as cp
-from cupy.cuda import function as cf
 from cugather.bench.peers import time_cupy
 from cugather.bench.sweep import SweepShape
 from cugather.bench.sweep_run import make_table
-from cugather.compile.compiler import LoadedKernel, arch_for_device, compile_source
-from cugather.compile.render import render
 from cugather.plan import tuning
 from cugather.plan.core import Operand, alignment
 from cugather.plan.gather import plan_gather
-from cugather.runtime.binding import BoundKernel
 from cugather.runtime.launch import CUDA
+from variants import bound_variant
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OUT = os.environ.get("OUT", "/tmp")
 SEEDS = os.environ.get("AB_SEEDS", "6421,7753,4481,5023").split(",")
 BUDGET_S = float(os.environ.get("AB_BUDGET_S", "inf"))
-ARCH = arch_for_device(0)
-_BUILT = {}
-
-
-def kernel(plan, align):
-    """The plan's main kernel rendered with CG_SLAB_ALIGN ``align``, bound."""
-    src = render(plan.main.key)
-    text = src.text.replace(f"#define CG_SLAB_ALIGN {tuning.SLAB_ALIGN}",
-                            f"#define CG_SLAB_ALIGN {align}")
-    assert f"#define CG_SLAB_ALIGN {align}" in text
-    if text not in _BUILT:
-        ck = compile_source(dataclasses.replace(src, text=text), ARCH, ())
-        module = cf.Module()
-        module.load(ck.binary)
-        _BUILT[text] = LoadedKernel(ck, 0, module, module.get_function(plan.main.key.entry))
-    return BoundKernel(_BUILT[text], plan.main)
 
 
 def plan_at(operand, ishape, idt, axis, limits, blocks):
@@ -92,7 +73,7 @@ def main():
                     plans["b16"] = p16
                 for tag, p in plans.items():
                     for al in ((0, 1) if p.kind == "slab" else (0,)):
-                        bk = kernel(p, al)
+                        bk = bound_variant(p, CG_SLAB_ALIGN=al)
                         go = (lambda b: lambda: b.launch(stream.ptr, data.data.ptr, idx.data.ptr,
                                                          out.data.ptr, 0))(bk)
                         out.fill(0)

@@ -26,11 +26,9 @@ from cugather.bench.sweep_run import adaptive
 from cugather.plan import tuning
 from cugather.plan.core import Operand, alignment
 from cugather.plan.gather import plan_gather
-from cugather.runtime.binding import BoundKernel, bind
-from cugather.compile.render import render
-from cugather.compile.compiler import compile_source, arch_for_device, LoadedKernel
-import dataclasses
+from cugather.runtime.binding import bind
 from cugather.runtime.launch import CUDA, execute
+from variants import bound_variant
 
 OUT = os.environ.get("OUT", "/tmp")
 GEOS = [  # table shape, dtype, axis, picks, index dtype
@@ -55,24 +53,6 @@ if os.environ.get("PROBE_SET") == "odd":
 STAGES = [int(x) for x in os.environ.get("PROBE_STAGES", "4096,12288,24576,49152").split(",")]
 BLOCKS = [int(x) for x in os.environ.get("PROBE_BLOCKS", "4,8,16").split(",")]
 PLAIN = os.environ.get("PROBE_PLAIN") == "1"
-
-
-def variant_kernel(plan, plain=False, align=False):
-    """The plan's main kernel rendered with CG_STREAM_STORES 0 (``plain``) or
-    CG_SLAB_ALIGN 1 (``align``), bound."""
-    src = render(plan.main.key)
-    text = src.text
-    if plain:
-        text = text.replace("#define CG_STREAM_STORES 1", "#define CG_STREAM_STORES 0")
-    if align:
-        text = text.replace("#define CG_SLAB_ALIGN 0", "#define CG_SLAB_ALIGN 1")
-    assert text != src.text
-    ck = compile_source(dataclasses.replace(src, text=text), arch_for_device(0), ())
-    from cupy.cuda import function as cf
-    module = cf.Module()
-    module.load(ck.binary)
-    lk = LoadedKernel(ck, 0, module, module.get_function(plan.main.key.entry))
-    return BoundKernel(lk, plan.main)
 
 
 NAIVE = cp.RawKernel(r"""
@@ -148,7 +128,8 @@ for shape, dtype, axis, n, idt in GEOS:
         for plain, align in ((True, False), (False, True), (True, True)):
             if (plain and not PLAIN) or (align and kind != "slab"):
                 continue
-            bk = variant_kernel(plan, plain, align)
+            bk = bound_variant(plan, **({"CG_STREAM_STORES": 0} if plain else {}),
+                               **({"CG_SLAB_ALIGN": 1} if align else {}))
             out = cp.empty_like(ref)
             go = lambda: bk.launch(cp.cuda.get_current_stream().ptr, data.data.ptr,  # noqa: E731
                                    idx.data.ptr, out.data.ptr, 0)
