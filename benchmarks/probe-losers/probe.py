@@ -16,6 +16,7 @@ import json, os, time
 import cupy as cp
 from cugather.bench.sweep import draw_shapes
 from cugather.bench.sweep_run import run_shape
+from cugather.bench import _load_peers
 from cugather.bench.tune import tune_shape
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -24,17 +25,9 @@ SHAPES = os.environ.get("PROBE_SHAPES", (
     "6421:251,6421:47,6421:153,6421:438,6421:312,6421:239,6421:413,6421:82,6421:83,"
     "4481:78,4481:145,4481:337,4481:123,4481:314,5023:29,5023:154,5023:433,7753:458"))
 
-peers = {}
-try:
-    import torch
-    peers["torch"] = torch
-except ImportError:
-    pass
-try:
-    import jax
-    peers["jax"] = jax
-except ImportError:
-    pass
+# the sweep's own peers: JAX with 64-bit types kept (without jax_enable_x64 it takes
+# float64 and int64 data as 32-bit, half the bytes)
+peers = _load_peers(True)
 
 res = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "shapes": []}
 t0 = time.perf_counter()
