@@ -20,7 +20,8 @@ ab-lean64-inner3.json (B the shipped table).
 Other pairs of planners: AB_A_TABLE and AB_A_LEAN (planner A's table and
 LEAN_MAX_OUT), AB_B_LEAN, AB_A_BOX_SLACK and AB_B_BOX_SLACK (table.BOX_SLACK's
 log2_row_bytes), AB_SEEDS (the sweeps, comma-separated) and AB_BUDGET_S
-(seconds after which no further geometry starts);
+(seconds after which no further geometry starts; a seed whose
+sweep-SEED.json.gz is not kept has its 500 shapes drawn again);
 benchmarks/probe-chunks/ab-chunks16.json came from AB_A_TABLE=
 benchmarks/probe-chunks/sm_90-before-chunks16.json AB_A_LEAN=67108864
 AB_TABLE=cugather/plan/tables/sm_90.json AB_SEEDS=7603,8893,5179,2851,6947;
@@ -35,7 +36,7 @@ import cugather.plan.table as table
 import cugather.plan.tuning as tuning
 from cugather.bench.cases import CASES as FIXED
 from cugather.bench.peers import time_cupy
-from cugather.bench.sweep import SweepShape
+from cugather.bench.sweep import SweepShape, draw_shapes
 from cugather.bench.sweep_run import make_table
 from cugather.plan.core import Operand, alignment
 from cugather.plan.gather import plan_gather
@@ -77,7 +78,13 @@ def launch(p):
 
 def geometries():
     for seed in SEEDS:
-        with gzip.open(os.path.join(ROOT, "benchmarks", f"sweep-{seed}.json.gz")) as f:
+        path = os.path.join(ROOT, "benchmarks", f"sweep-{seed}.json.gz")
+        if not os.path.exists(path):  # no records kept: the sweep's shapes, drawn again
+            for i, s in enumerate(draw_shapes(500, int(seed))):
+                yield (f"{seed}#{i}", s.shape, s.dtype, s.axis, s.indices, s.index_dtype,
+                       None, None)
+            continue
+        with gzip.open(path) as f:
             for r in json.load(f)["records"]:
                 yield (f"{seed}#{r['i']}", tuple(r["shape"]), r["dtype"], r["axis"],
                        tuple(r["indices"]), r["index_dtype"], r.get("best_peer"),
