@@ -331,6 +331,9 @@ def _rule(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: 
         return "scalar", "rule: one-unit rows"
     if units > tuning.MAX_THREADS * _rows_cu(unit):
         return "chunks", f"rule: rows of more than {tuning.MAX_THREADS * _rows_cu(unit)} units"
+    if unit in (4, 8) and row_bytes <= tuning.FLAT_RULE_MAX_ROW and out_align >= 16:
+        return "flat", (f"rule: rows of several 4- or 8-byte units, at most "
+                        f"{tuning.FLAT_RULE_MAX_ROW} B")
     return "rows", "rule: rows of several units"
 
 

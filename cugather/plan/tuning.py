@@ -196,6 +196,14 @@ LEAN_MAX_OUT = 64 << 20
 # more than SHORT_CHUNKS_UNITS units under 16 B take chunks, the others lean.
 SHORT_CALL_OUT = 1 << 20
 SHORT_CHUNKS_UNITS = 16
+# The rules' flat for rows of several 4- or 8-byte units of at most
+# FLAT_RULE_MAX_ROW bytes (outputs over SHORT_CALL_OUT, 16-byte aligned), where
+# they took the rows kernel: over the 1328 tuning geometries of that kind,
+# flat took 1.009x-1.040x the fastest candidate's time (by row length), rows
+# 1.14x-1.19x; flat was slower than rows by more than 3% on 8 (at most 1.07x).
+# Longer rows keep rows: flat 1.04x-1.07x against rows' 1.13x-1.17x there, but
+# up to 1.22x slower than rows on 1-3 KB rows from tables of a few KB.
+FLAT_RULE_MAX_ROW = 512
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
 # elements_row (a data row staged in shared memory per output row): picks per

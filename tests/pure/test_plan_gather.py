@@ -24,7 +24,9 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
     ((65536, 4096), "f2", 0, 16384, "chunks", 16),
     ((1000000, 16), "f4", 0, 4000000, "rows", 16),
     ((10000000, 3), "f2", 0, 20000000, "flat", 2),  # rows under 16 B: flat's chunks
-    ((1000000, 100), "u1", 0, 1000000, "rows", 4),
+    ((1000000, 100), "u1", 0, 1000000, "flat", 4),  # several 4-byte units: flat's chunks
+    ((100000, 126), "f4", 0, 100000, "flat", 8),  # 504 B rows: within FLAT_RULE_MAX_ROW
+    ((100000, 130), "f4", 0, 100000, "rows", 8),  # 520 B rows: past it
     ((1000000, 99), "u1", 0, 1000000, "window", 16),  # 1-byte units: 16 B chunks instead
     ((1000000, 16), "u1", 0, 1000000, "scalar", 16),  # one 16 B unit per row
     ((64000000,), "f4", 0, 32000000, "scalar", 4),
@@ -62,9 +64,14 @@ def test_row_kernels_cover_rows_and_units():
             assert f["chunks"] * 16 >= f["out_bytes"] == 7 * cols * 4
             assert p.grid[0] * p.block[0] * 2 >= f["chunks"]
             continue
-        if p.key.kind == "flat":  # rows of several units under 16 bytes
-            assert cols in (2, 3) and f["chunks"] * 16 >= f["total"] * p.key.unit
-            continue
+        if p.key.kind == "flat":  # rows under 16 B, or of 4-byte units up to 512 B
+            assert cols in (2, 3) or (cols * 4 % 16 and cols * 4 <= tuning.FLAT_RULE_MAX_ROW)
+            assert f["chunks"] * 16 >= f["total"] * p.key.unit
+            if cols in (2, 3):
+                continue
+            # the rows kernel's split of the same rows, where the table or a caller names it
+            p = plan_of(((40, cols), "f4"), (max(7, 2**20 // (4 * cols) + 1),), kind="rows")
+            f = p.fields
         if p.key.kind not in ("rows", "chunks"):
             assert f["units"] == 1
             continue

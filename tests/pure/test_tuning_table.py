@@ -512,9 +512,9 @@ def test_the_planner_takes_the_leafs_first_candidate_that_applies(monkeypatch, t
     monkeypatch.setenv("CUGATHER_TUNING", str(_write(tmp_path / "u.json", tree)))
     tt.clear_tables()
     p = _plan((64, 100, 5), "float32", 1, 5000)
-    assert p.kind == "rows"
-    assert p.chosen_by == ("rule: rows of several units (sm_90 table leaf 0 names slab, pack, "
-                           "none of which applies)")
+    assert p.kind == "flat"
+    assert p.chosen_by == ("rule: rows of several 4- or 8-byte units, at most 512 B (sm_90 "
+                           "table leaf 0 names slab, pack, none of which applies)")
 
 
 def test_a_reference_only_candidate_is_never_a_leafs_choice():
