@@ -17,7 +17,7 @@ import numpy as np
 import cupy as cp
 from cugather.bench.peers import time_cupy
 from cugather.bench.sweep import SweepShape
-from cugather.bench.sweep_run import make_table
+from cugather.bench.sweep_run import make_indices, make_table
 from cugather.plan import tuning
 from cugather.plan.core import Operand, alignment
 from cugather.plan.gather import plan_gather
@@ -63,8 +63,7 @@ def main():
                 data = make_table(cp, s, 11)
                 assert alignment(data.data.ptr) >= 256
                 n = shape[axis]
-                idx = cp.random.default_rng(5).integers(-n, n, size=ishape, dtype=np.int64)
-                idx = idx.astype(idt)
+                idx = make_indices(cp, s, 5)
                 ref = cp.take(data, cp.where(idx < 0, idx + n, idx), axis=axis)
                 refb = ref.view(cp.uint8).ravel()
                 out = cp.empty_like(ref)

@@ -39,7 +39,7 @@ import cugather.plan.tuning as tuning
 from cugather.bench.cases import CASES as FIXED
 from cugather.bench.peers import time_cupy
 from cugather.bench.sweep import SweepShape, draw_shapes
-from cugather.bench.sweep_run import make_table
+from cugather.bench.sweep_run import make_indices, make_table
 from cugather.plan.core import Operand, alignment
 from cugather.plan.gather import plan_gather
 from cugather.runtime.binding import bind
@@ -116,8 +116,7 @@ def main():
         data = make_table(cp, s, 11)
         assert alignment(data.data.ptr) >= 256
         n = shape[axis]
-        idx = cp.random.default_rng(5).integers(-n, n, size=ishape, dtype=np.int64)
-        idx = idx.astype(idt)
+        idx = make_indices(cp, s, 5)
         ref = cp.take(data, cp.where(idx < 0, idx + n, idx), axis=axis).view(cp.uint8)
         fns = {}
         for k, p in (("A", pa), ("B", pb)):

@@ -28,7 +28,8 @@ from .peers import Samples, time_cupy, time_jax, time_torch
 from .sweep import SweepShape, draw_shapes
 from .sweep_report import score, summarize, sweep_chart, sweep_text, why
 
-__all__ = ["run_sweep_command", "run_sweep", "run_shape", "make_table", "peer_notes",
+__all__ = ["run_sweep_command", "run_sweep", "run_shape", "make_table", "make_indices",
+           "peer_notes",
            "adaptive",
            "TARGET_MS", "MIN_SAMPLES", "MAX_SAMPLES", "WARMUP"]
 
@@ -71,6 +72,14 @@ def make_table(cp, s: SweepShape, seed: int):
         cp.bitwise_and(u, ut(((1 << bits) - 1) ^ (1 << (bits - 2))), out=u)
         cp.bitwise_or(u, ut(1 << (bits - 3)), out=u)
     return raw.view(dt).reshape(s.shape)
+
+
+def make_indices(cp, s: SweepShape, seed: int):
+    """The indices of ``s`` drawn from ``seed`` over wrap mode's range, -n to n - 1
+    for an axis of n rows."""
+    n = s.axis_len
+    idx = cp.random.default_rng(seed).integers(-n, n, size=s.n_indices, dtype=numpy.int64)
+    return idx.astype(s.index_dtype).reshape(s.indices)
 
 
 def adaptive(timer, fn, target_ms: float = TARGET_MS, min_samples: int = MIN_SAMPLES,
@@ -175,8 +184,7 @@ def run_shape(cp, s: SweepShape, seed: int, peers: dict) -> dict:
     try:
         data = make_table(cp, s, seed)
         n = s.axis_len
-        idx = cp.random.default_rng(seed).integers(-n, n, size=s.n_indices, dtype=numpy.int64)
-        idx = idx.astype(s.index_dtype).reshape(s.indices)
+        idx = make_indices(cp, s, seed)
         idx_pos = cp.where(idx < 0, idx + n, idx).astype(idx.dtype)
     except Exception as e:  # out of memory, most likely
         _error(res, "setup", e)

@@ -175,7 +175,7 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
     from ..plan.core import Operand, alignment
     from ..plan.gather import plan_gather
     from ..runtime.launch import CUDA
-    from .sweep_run import make_table
+    from .sweep_run import make_indices, make_table
 
     limits = CUDA.limits(device)
     if only is not None:  # on the layout make_table gives: C-contiguous, 256-byte aligned
@@ -190,8 +190,7 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
     try:
         data = make_table(cp, s, seed)
         n = s.axis_len
-        idx = cp.random.default_rng(seed).integers(-n, n, size=s.n_indices, dtype=numpy.int64)
-        idx = idx.astype(s.index_dtype).reshape(s.indices)
+        idx = make_indices(cp, s, seed)
         ref = cp.take(data, cp.where(idx < 0, idx + n, idx), axis=s.axis)
     except Exception as e:  # out of memory, most likely
         rec["errors"]["setup"] = f"{type(e).__name__}: {str(e)[:200]}"
