@@ -114,9 +114,11 @@ def test_client_waits_for_a_late_server_then_times_out():
         time.sleep(0.3)
         found["srv"] = StoreServer("127.0.0.1", port, TOKEN)
 
-    threading.Thread(target=late).start()
+    starter = threading.Thread(target=late)
+    starter.start()
     c = StoreClient("127.0.0.1", port, TOKEN, connect_timeout=5)
     c.set("k", b"v")
+    starter.join(5)  # the server answers before its constructor has returned to `late`
     found["srv"].close()
     with pytest.raises(TimeoutError, match="no rendezvous store answered"):
         StoreClient("127.0.0.1", _free_port(), TOKEN, connect_timeout=0.3)
