@@ -59,9 +59,11 @@ geometries and, with ``--partial``, times the other kinds' candidates there
 too, on the same machine in the same run (a new kernel beside the ones it
 competes with).
 
-The fit holds out every fifth geometry first and reports, on those, the mean
-slowdown against the fastest candidate of the table's choice and of the
-rules'; then it fits the table on every geometry and writes it to ``--out``
+The fit scores each geometry against today's rules (their choice for its
+shape computed again, where that candidate was timed), so records stay good
+when a rule changes.  It holds out every fifth geometry first and reports, on
+those, the mean slowdown against the fastest candidate of the table's choice
+and of the rules'; then it fits the table on every geometry and writes it to ``--out``
 (default: ``<kernel cache folder>/tuning/<arch>.json``, where cugather finds
 it; ``CUGATHER_TUNING=FILE`` names another).
 """

@@ -149,16 +149,26 @@ def _times_problem(r: Dict[str, Any]) -> Optional[str]:
 
 
 def refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
-    """``rec`` with its features computed again from its shape (records written
-    before a feature was added stay usable; the unit is the one recorded)."""
+    """``rec`` with its features and the rules' choice computed again from its
+    shape (records written before a feature was added or a rule changed stay
+    usable and are scored against today's rules; the unit is the one recorded).
+    The rules' choice is the tuner's: a C-contiguous, 256-byte aligned operand,
+    an H200's SM count and shared memory per block, and a length-1 axis asked in
+    fill mode; a choice the record did not time keeps the recorded one."""
+    from ..plan.core import DeviceLimits, Operand
+    from ..plan.gather import plan_gather
     from ..plan.table import features
+    from .tune import _label
 
     s = rec.get("shape")
     if s is None:
         return rec
     f = features(s["row_bytes"], int(rec["features"]["unit"]), s["outer"], s["n_indices"],
                  s["axis_len"], 4 if s["index_dtype"] == "int32" else 8)
-    return dict(rec, features=f)
+    op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
+    rule = _label(plan_gather(op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]),
+                              "fill" if s["axis_len"] == 1 else "wrap", limits=DeviceLimits()))
+    return dict(rec, features=f, rule=rule if rule in rec["times"] else rec["rule"])
 
 
 def refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:

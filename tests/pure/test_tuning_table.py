@@ -1327,6 +1327,34 @@ def test_a_record_that_cannot_be_used_is_dropped_with_a_warning():
         assert usable_records(records, "elements") == []  # another op's records are not dropped: skipped
 
 
+def test_records_are_scored_against_todays_rules():
+    """A record keeps the rules' label of the day it was timed; the fit scores it
+    against the label today's rules give its shape (on the tuner's operand: C
+    order, 256-byte aligned, an H200's limits), where that candidate was timed."""
+    from cugather.bench.sweep import draw_shapes
+    from cugather.bench.tune import _label, shape_features
+    from cugather.bench.tune_records import usable_records
+    from cugather.plan.core import DeviceLimits, Operand
+    from cugather.plan.gather import plan_gather
+
+    records, today = [], []
+    for i, s in enumerate(draw_shapes(60, 23)):
+        p = plan_gather(Operand.contiguous(s.shape, s.itemsize), s.indices, s.index_dtype,
+                        s.axis, "fill" if s.axis_len == 1 else "wrap", limits=DeviceLimits())
+        if _label(p) in (None, "window"):
+            continue
+        today.append(_label(p))
+        records.append({"shape": s.as_dict(), "features": shape_features(s), "rule": "window",
+                        "times": {"window": 2.0, today[-1]: 1.0}, "seed": 23, "index": i})
+    assert len(set(today)) >= 3
+    got = usable_records(records, "gather")
+    assert [r["rule"] for r in got] == today
+    assert [r["rule"] for r in records] == ["window"] * len(records)  # the records untouched
+    untimed = [dict(r, times={"window": 2.0, "strided": 1.0})
+               for r, t in zip(records, today) if t != "strided"]
+    assert untimed and all(r["rule"] == "window" for r in usable_records(untimed, "gather"))
+
+
 def test_tune_fit_of_unreadable_or_useless_records_says_so(tmp_path, capsys):
     from cugather.cli.main import main
 
