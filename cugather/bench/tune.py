@@ -415,7 +415,8 @@ def run(args) -> int:
 
     cp = validate.cupy_module()
     device = cp.cuda.Device().id
-    arch = CUDA.limits(device).arch
+    limits = CUDA.limits(device)
+    arch = limits.arch
     name = cp.cuda.runtime.getDeviceProperties(device)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
     out = args.out or str(user_table_path(arch, args.op))
@@ -455,7 +456,8 @@ def run(args) -> int:
                    else tune_shape(cp, s, gseed, device, args.only, args.partial))
             if rec is None:
                 continue
-            rec.update(arch=arch, device=name, seed=args.seed, index=index)
+            rec.update(arch=arch, device=name, seed=args.seed, index=index,
+                       limits=[limits.sm_count, limits.max_shared_mem])
             records.append(rec)
             f.write(json.dumps(rec) + "\n")
             f.flush()

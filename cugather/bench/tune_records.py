@@ -9,7 +9,7 @@ import math
 import warnings
 from typing import Any, Dict, List, Optional
 
-__all__ = ["read_records", "usable_records", "refeature", "refeature_elements"]
+__all__ = ["read_records", "usable_records", "refeature", "refeature_elements", "rule_limits"]
 
 
 def read_records(paths) -> List[Dict[str, Any]]:
@@ -148,14 +148,28 @@ def _times_problem(r: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def rule_limits(rec: Dict[str, Any]) -> Any:
+    """The limits the rules had, without a table, on the GPU that timed ``rec``:
+    its SM count and shared memory per block, kept in records since they were
+    added; for older records an H200's (they were timed on H200s and H100s,
+    132 SMs both)."""
+    from ..plan.core import DeviceLimits
+
+    lim = rec.get("limits")
+    if isinstance(lim, list) and len(lim) == 2 and all(type(x) is int and x > 0 for x in lim):
+        return DeviceLimits(lim[0], lim[1], "")
+    return DeviceLimits()
+
+
 def refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
     """``rec`` with its features and the rules' choice computed again from its
     shape (records written before a feature was added or a rule changed stay
     usable and are scored against today's rules; the unit is the one recorded).
     The rules' choice is the tuner's: a C-contiguous, 256-byte aligned operand,
-    an H200's SM count and shared memory per block, and a length-1 axis asked in
-    fill mode; a choice the record did not time keeps the recorded one."""
-    from ..plan.core import DeviceLimits, Operand
+    the limits of the GPU that timed it (:func:`rule_limits`), and a length-1
+    axis asked in fill mode; a choice the record did not time keeps the
+    recorded one."""
+    from ..plan.core import Operand
     from ..plan.gather import plan_gather
     from ..plan.table import features
     from .tune import _label
@@ -167,16 +181,16 @@ def refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
                  s["axis_len"], 4 if s["index_dtype"] == "int32" else 8)
     op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
     rule = _label(plan_gather(op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]),
-                              "fill" if s["axis_len"] == 1 else "wrap", limits=DeviceLimits()))
+                              "fill" if s["axis_len"] == 1 else "wrap", limits=rule_limits(rec)))
     return dict(rec, features=f, rule=rule if rule in rec["times"] else rec["rule"])
 
 
 def refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
     """An elements record with its features and the rules' choice computed again
-    from its shape (the tuner's C-contiguous, 256-byte aligned operands; an
-    H200's SM count and shared memory per block): records stay usable when a
-    feature or a rule changes."""
-    from ..plan.core import DeviceLimits, Operand
+    from its shape (the tuner's C-contiguous, 256-byte aligned operands; the
+    limits of the GPU that timed it, :func:`rule_limits`): records stay usable
+    when a feature or a rule changes."""
+    from ..plan.core import Operand
     from ..plan.elements import elements_features_of, plan_elements
     from .tune_elements import _label
 
@@ -185,6 +199,6 @@ def refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
         return rec
     op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
     args = (op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]))
-    rule = _label(plan_elements(*args, "wrap", limits=DeviceLimits()))
+    rule = _label(plan_elements(*args, "wrap", limits=rule_limits(rec)))
     return dict(rec, features=elements_features_of(*args),
                 rule=rule if rule in rec["times"] else rec["rule"])

@@ -1100,6 +1100,7 @@ def test_tune_where_records_each_geometry_under_its_draw_index(tmp_path, monkeyp
     assert [s for s, _ in seen] == [s for _, s in want]
     assert [g for _, g in seen] == [1000 * 1_000_003 + i for i, _ in want]
     assert all(r["shape"] == s.as_dict() for r, (_, s) in zip(lines, want))
+    assert all(r["limits"] == [SM90.sm_count, SM90.max_shared_mem] for r in lines)
 
 
 def test_tune_only_several_kinds_times_them_on_the_first_kinds_geometries(capsys):
@@ -1353,6 +1354,40 @@ def test_records_are_scored_against_todays_rules():
     untimed = [dict(r, times={"window": 2.0, "strided": 1.0})
                for r, t in zip(records, today) if t != "strided"]
     assert untimed and all(r["rule"] == "window" for r in usable_records(untimed, "gather"))
+
+
+def test_records_are_scored_against_the_rules_of_the_gpu_that_timed_them():
+    """The rules' rows kernel takes more rows a thread on a GPU of fewer SMs: a
+    record that keeps its GPU's limits is scored against that GPU's rules, one
+    without them (timed before they were kept) against an H200's."""
+    from cugather.bench.sweep import draw_shapes
+    from cugather.bench.tune import _label, shape_features
+    from cugather.bench.tune_records import rule_limits, usable_records
+    from cugather.plan.core import DeviceLimits, Operand
+    from cugather.plan.gather import plan_gather
+
+    small = DeviceLimits(16, 48 * 1024, "")
+    records, want, h200 = [], [], []
+    for i, s in enumerate(draw_shapes(120, 23)):
+        op = Operand.contiguous(s.shape, s.itemsize)
+        mode = "fill" if s.axis_len == 1 else "wrap"
+        on_small = _label(plan_gather(op, s.indices, s.index_dtype, s.axis, mode, limits=small))
+        on_h200 = _label(plan_gather(op, s.indices, s.index_dtype, s.axis, mode,
+                                     limits=DeviceLimits()))
+        if on_small == on_h200 or None in (on_small, on_h200):
+            continue
+        times = {on_small: 1.0, on_h200: 1.5, "strided": 3.0}
+        records.append({"shape": s.as_dict(), "features": shape_features(s), "rule": "strided",
+                        "times": times, "seed": 23, "index": i, "limits": [16, 48 * 1024]})
+        want.append(on_small)
+        h200.append(on_h200)
+    assert len(records) >= 3
+    assert rule_limits(records[0]) == small
+    assert [r["rule"] for r in usable_records(records, "gather")] == want
+    older = [{k: v for k, v in r.items() if k != "limits"} for r in records]
+    assert [r["rule"] for r in usable_records(older, "gather")] == h200
+    for bad in ([16], [16, 0], [16.0, 49152], "16,49152", [True, 49152]):
+        assert rule_limits(dict(records[0], limits=bad)) == DeviceLimits()
 
 
 def test_tune_fit_of_unreadable_or_useless_records_says_so(tmp_path, capsys):
