@@ -168,6 +168,20 @@ def _label(plan) -> Optional[str]:
     return kind if any(c[0] == kind for c in CANDIDATES) else None
 
 
+def rules_plan(operand, indices, index_dtype: str, axis: int, limits):
+    """The plan the hand-written rules make for this geometry on a GPU of
+    ``limits``' SM count and shared memory, without a table: the candidate a
+    tuning record scores the table against.  A length-1 axis is asked in fill
+    mode, as wrap mode takes bcast there before any rule (the rules do not
+    depend on the mode)."""
+    from ..plan.core import DeviceLimits
+    from ..plan.gather import plan_gather
+
+    mode = "fill" if operand.shape[axis] == 1 else "wrap"
+    return plan_gather(operand, indices, index_dtype, axis, mode,
+                       limits=DeviceLimits(limits.sm_count, limits.max_shared_mem, ""))
+
+
 def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
                partial: bool = False) -> Optional[Dict[str, Any]]:
     """Check and time every applicable candidate of sweep shape ``s``; its record
@@ -199,11 +213,8 @@ def tune_shape(cp, s, seed: int, device: int, only: Optional[str] = None,
         return rec
     ptr = data.data.ptr
     operand = Operand(data.shape, data.strides, data.itemsize, alignment(ptr))
-    rules = type(limits)(limits.sm_count, limits.max_shared_mem, "")
     args = (operand, s.indices, s.index_dtype, s.axis, "wrap")
-    # the rules' kernel; a length-1 axis asked in fill mode, as wrap mode takes
-    # bcast there before any rule (the rules do not depend on the mode)
-    rule_plan = plan_gather(*args[:4], "fill" if s.axis_len == 1 else "wrap", limits=rules)
+    rule_plan = rules_plan(*args[:4], limits)
     rec["rule"] = _label(rule_plan)
     if rule_plan.main is None or rec["rule"] is None:
         rec["errors"]["plan"] = f"no candidate plan ({rule_plan.kind})"

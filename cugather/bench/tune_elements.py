@@ -154,6 +154,16 @@ def _label(plan) -> str:
     return "tiles" if plan.fields["col_tiles"] else "elements"
 
 
+def rules_plan(operand, indices, index_dtype: str, axis: int, limits):
+    """The plan the hand-written GatherElements rules make for this geometry on a
+    GPU of ``limits``' SM count and shared memory, without a table."""
+    from ..plan.core import DeviceLimits
+    from ..plan.elements import plan_elements
+
+    return plan_elements(operand, indices, index_dtype, axis, "wrap",
+                         limits=DeviceLimits(limits.sm_count, limits.max_shared_mem, ""))
+
+
 def tune_elements_shape(cp, s: ElementsShape, seed: int, device: int
                         ) -> Optional[Dict[str, Any]]:
     """Check and time every applicable GatherElements candidate of ``s``; its record."""
@@ -183,8 +193,7 @@ def tune_elements_shape(cp, s: ElementsShape, seed: int, device: int
     ptr = data.data.ptr
     operand = Operand(data.shape, data.strides, data.itemsize, alignment(ptr))
     args = (operand, s.indices, s.index_dtype, s.axis, "wrap")
-    rules = type(limits)(limits.sm_count, limits.max_shared_mem, "")
-    rule_plan = plan_elements(*args, limits=rules)
+    rule_plan = rules_plan(*args[:4], limits)
     if rule_plan.main is None:
         rec["errors"]["plan"] = f"no kernel plan ({rule_plan.kind})"
         return rec

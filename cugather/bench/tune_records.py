@@ -170,9 +170,8 @@ def refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
     axis asked in fill mode; a choice the record did not time keeps the
     recorded one."""
     from ..plan.core import Operand
-    from ..plan.gather import plan_gather
     from ..plan.table import features
-    from .tune import _label
+    from .tune import _label, rules_plan
 
     s = rec.get("shape")
     if s is None:
@@ -180,8 +179,8 @@ def refeature(rec: Dict[str, Any]) -> Dict[str, Any]:
     f = features(s["row_bytes"], int(rec["features"]["unit"]), s["outer"], s["n_indices"],
                  s["axis_len"], 4 if s["index_dtype"] == "int32" else 8)
     op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
-    rule = _label(plan_gather(op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]),
-                              "fill" if s["axis_len"] == 1 else "wrap", limits=rule_limits(rec)))
+    rule = _label(rules_plan(op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]),
+                             rule_limits(rec)))
     return dict(rec, features=f, rule=rule if rule in rec["times"] else rec["rule"])
 
 
@@ -191,14 +190,14 @@ def refeature_elements(rec: Dict[str, Any]) -> Dict[str, Any]:
     limits of the GPU that timed it, :func:`rule_limits`): records stay usable
     when a feature or a rule changes."""
     from ..plan.core import Operand
-    from ..plan.elements import elements_features_of, plan_elements
-    from .tune_elements import _label
+    from ..plan.elements import elements_features_of
+    from .tune_elements import _label, rules_plan
 
     s = rec.get("shape")
     if s is None:
         return rec
     op = Operand.contiguous(tuple(s["shape"]), int(s["itemsize"]))
     args = (op, tuple(s["indices"]), s["index_dtype"], int(s["axis"]))
-    rule = _label(plan_elements(*args, "wrap", limits=rule_limits(rec)))
+    rule = _label(rules_plan(*args, rule_limits(rec)))
     return dict(rec, features=elements_features_of(*args),
                 rule=rule if rule in rec["times"] else rec["rule"])
