@@ -1356,6 +1356,31 @@ def test_records_are_scored_against_todays_rules():
     assert untimed and all(r["rule"] == "window" for r in usable_records(untimed, "gather"))
 
 
+def test_elements_records_are_scored_against_todays_rules():
+    """An elements record, like a Gather one, is scored against the label today's
+    GatherElements rules give its shape, not the label it was timed with."""
+    from cugather.bench.tune_elements import _label, draw_elements_shapes
+    from cugather.bench.tune_records import usable_records
+    from cugather.plan.core import DeviceLimits, Operand
+    from cugather.plan.elements import plan_elements
+
+    records, today = [], []
+    for i, s in enumerate(draw_elements_shapes(80, 29)):
+        p = plan_elements(Operand.contiguous(s.shape, s.itemsize), s.indices, s.index_dtype,
+                          s.axis, "wrap", limits=DeviceLimits())
+        if p.main is None:
+            continue
+        today.append(_label(p))
+        other = "elements" if today[-1] == "tiles" else "tiles"
+        records.append({"op": "elements", "shape": s.as_dict(), "features": {}, "rule": other,
+                        "times": {other: 2.0, today[-1]: 1.0}, "seed": 29, "index": i})
+    assert set(today) == {"tiles", "elements"}
+    got = usable_records(records, "elements")
+    assert [r["rule"] for r in got] == today
+    assert all(r["features"] for r in got)          # features computed from the shape
+    assert [r["rule"] for r in records] != today     # the records untouched
+
+
 def test_records_are_scored_against_the_rules_of_the_gpu_that_timed_them():
     """The rules' rows kernel takes more rows a thread on a GPU of fewer SMs: a
     record that keeps its GPU's limits is scored against that GPU's rules, one
