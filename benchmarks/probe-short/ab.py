@@ -20,8 +20,10 @@ ab-lean64-inner3.json (B the shipped table).
 Other pairs of planners: AB_A_TABLE and AB_A_LEAN (planner A's table and
 LEAN_MAX_OUT), AB_B_LEAN, AB_A_BOX_SLACK and AB_B_BOX_SLACK (table.BOX_SLACK's
 log2_row_bytes), AB_A_FLAT_RULE_MAX_ROW and AB_B_FLAT_RULE_MAX_ROW
-(tuning.FLAT_RULE_MAX_ROW; 0 gives the rules before it; a table path of
-"none" gives the rules alone), AB_SEEDS (the sweeps, comma-separated) and AB_BUDGET_S
+(tuning.FLAT_RULE_MAX_ROW; 0 gives the rules before it), AB_A_ONE_UNIT_RULE
+and AB_B_ONE_UNIT_RULE (tuning.ONE_UNIT_RULE, comma-separated kinds; empty
+gives the rules before it: scalar); a table path of "none" gives the rules
+alone, AB_SEEDS (the sweeps, comma-separated) and AB_BUDGET_S
 (seconds after which no further geometry starts; a seed whose
 sweep-SEED.json.gz is not kept has its 500 shapes drawn again);
 benchmarks/probe-chunks/ab-chunks16.json came from AB_A_TABLE=
@@ -59,19 +61,22 @@ BUDGET_S = float(os.environ.get("AB_BUDGET_S", "inf"))  # stop starting geometri
 def plan_of(name, operand, ishape, idt, axis, limits):
     lean_max, path = PLANNERS[name]
     saved, saved_slack = tuning.LEAN_MAX_OUT, dict(table.BOX_SLACK)
-    saved_flat = tuning.FLAT_RULE_MAX_ROW
+    saved_flat, saved_one = tuning.FLAT_RULE_MAX_ROW, tuning.ONE_UNIT_RULE
+    one = os.environ.get(f"AB_{name}_ONE_UNIT_RULE")
     slack = os.environ.get(f"AB_{name}_BOX_SLACK")
     os.environ["CUGATHER_TUNING"] = path
     table.clear_tables()
     try:
         tuning.LEAN_MAX_OUT = lean_max
         tuning.FLAT_RULE_MAX_ROW = int(os.environ.get(f"AB_{name}_FLAT_RULE_MAX_ROW", saved_flat))
+        if one is not None:
+            tuning.ONE_UNIT_RULE = tuple(k for k in one.split(",") if k)
         if slack is not None:
             table.BOX_SLACK["log2_row_bytes"] = float(slack)
         return plan_gather(operand, ishape, idt, axis, "wrap", limits=limits)
     finally:
         tuning.LEAN_MAX_OUT = saved
-        tuning.FLAT_RULE_MAX_ROW = saved_flat
+        tuning.FLAT_RULE_MAX_ROW, tuning.ONE_UNIT_RULE = saved_flat, saved_one
         table.BOX_SLACK.clear()
         table.BOX_SLACK.update(saved_slack)
 

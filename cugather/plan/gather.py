@@ -328,6 +328,10 @@ def _rule(limits: DeviceLimits, row_bytes: int, unit: int, n_outer: int, n_idx: 
     if units == 1:
         if _stage_pays(axis_len, row_bytes, s_axis, n_idx, n_outer, limits):
             return "inner", "rule: one-unit rows; staging the axis row pays"
+        for kind in tuning.ONE_UNIT_RULE:
+            if not _unmet(kind, row_bytes, unit, axis_len, s_axis, out_align, limits,
+                          n_outer * n_idx * row_bytes, n_idx):
+                return kind, f"rule: one-unit rows under 16 B, as {kind}'s 16-byte chunks"
         return "scalar", "rule: one-unit rows"
     if units > tuning.MAX_THREADS * _rows_cu(unit):
         return "chunks", f"rule: rows of more than {tuning.MAX_THREADS * _rows_cu(unit)} units"

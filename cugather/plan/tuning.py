@@ -12,6 +12,8 @@ sharded kind's are in cugather/distributed/plan.py.
 
 from __future__ import annotations
 
+from typing import Tuple
+
 __all__ = ["KERNEL_DEFINES"]
 
 #: Threads per block every kernel is launched with at most.
@@ -204,6 +206,17 @@ SHORT_CHUNKS_UNITS = 16
 # Longer rows keep rows: flat 1.04x-1.07x against rows' 1.13x-1.17x there, but
 # up to 1.22x slower than rows on 1-3 KB rows from tables of a few KB.
 FLAT_RULE_MAX_ROW = 512
+# The rules' kinds for rows of one unit under 16 B (outputs over SHORT_CALL_OUT,
+# 16-byte aligned), tried in order before scalar; empty (off): scalar.  With
+# ("flatv", "flat") (flatv where the index count fills its chunks, else flat),
+# the 1427 tuning geometries where the rules take scalar take 0.962x its time
+# in geometric mean (tables in L2 0.68x-0.95x by unit, DRAM 0.97x-1.01x), and
+# plan by plan on an H100 the rules alone ran 1.022x over 190 held-out plans,
+# the shipped table with it 1.025x over 35.  It stays off because the table
+# must be fitted again under any rule change, and both refits ran 1.004x and
+# 1.009x (three plans at 0.69x-0.77x): BENCHMARKS.md, "One-unit rows under
+# the rules".
+ONE_UNIT_RULE: Tuple[str, ...] = ()
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
 # elements_row (a data row staged in shared memory per output row): picks per

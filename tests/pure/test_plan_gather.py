@@ -53,6 +53,26 @@ def test_variant_and_unit(shape, dtype, axis, n_idx, kind, unit):
     assert p.out_shape == shape[:axis] + (n_idx,) + shape[axis + 1:]
 
 
+@pytest.mark.parametrize("shape,dtype,axis,n_idx,out_align,kind", [
+    ((64000000,), "f4", 0, 32000000, 256, "flatv"),  # the index count fills flatv's chunks
+    ((64000000,), "f4", 0, 32000001, 256, "flat"),   # it does not
+    ((64000000,), "f4", 0, 32000000, 8, "scalar"),   # an output off 16 bytes: no flat kind
+    ((4000000,), "c16", 0, 3000000, 256, "scalar"),  # 16-byte units: no flat kind
+    ((8192, 8192), "f4", 1, 4096, 256, "inner"),     # staging the axis row pays: before them
+])
+def test_one_unit_rule_tries_its_kinds_before_scalar(monkeypatch, shape, dtype, axis, n_idx,
+                                                     out_align, kind):
+    def plan():
+        return plan_of((shape, dtype), (n_idx,), axis, out_align=out_align, limits=DeviceLimits())
+
+    monkeypatch.setattr(tuning, "ONE_UNIT_RULE", ("flatv", "flat"))
+    p = plan()
+    assert p.key.kind == kind, p.describe()
+    assert p.chosen_by.startswith("rule: one-unit rows")
+    monkeypatch.setattr(tuning, "ONE_UNIT_RULE", ())  # off, as shipped: scalar
+    assert plan().key.kind == ("scalar" if kind in ("flatv", "flat") else kind)
+
+
 def test_row_kernels_cover_rows_and_units():
     from cugather.plan.gather import _row_split, _rows_cu as cu_rows
 
