@@ -209,13 +209,13 @@ FLAT_RULE_MAX_ROW = 512
 # The rules' kinds for rows of one unit under 16 B (outputs over SHORT_CALL_OUT,
 # 16-byte aligned), tried in order before scalar; empty (off): scalar.  With
 # ("flatv", "flat") (flatv where the index count fills its chunks, else flat),
-# the 1427 tuning geometries where the rules take scalar take 0.962x its time
-# in geometric mean (tables in L2 0.68x-0.95x by unit, DRAM 0.97x-1.01x), and
-# plan by plan on an H100 the rules alone ran 1.022x over 190 held-out plans,
-# the shipped table with it 1.025x over 35.  It stays off because the table
-# must be fitted again under any rule change, and both refits ran 1.004x and
-# 1.009x (three plans at 0.69x-0.77x): BENCHMARKS.md, "One-unit rows under
-# the rules".
+# the 1126 tuning geometries where the rules take scalar on such rows take
+# 0.952x its time in geometric mean (tables in L2 0.68x-0.95x by unit, DRAM
+# 0.97x-1.01x); plan by plan on an H100 the rules alone ran 1.022x over 190
+# held-out plans, the shipped table with it 1.025x over 35.  It stays off:
+# the table must be fitted again under any rule change, and both refits ran
+# 1.004x and 1.009x (three plans at 0.69x-0.77x); BENCHMARKS.md, "One-unit
+# rows under the rules".
 ONE_UNIT_RULE: Tuple[str, ...] = ()
 # elements: slots per thread (2 with 8 resident blocks beat 4 and 8).
 ELEMENTS_ILP = 2
