@@ -128,4 +128,6 @@ if __name__ == "__main__":
     if rs:
         print("geomean of measured", round(math.exp(np.mean(np.log(rs))), 4), "min", round(min(rs), 3))
     for c in sorted(changed, key=lambda c: (c[4] is None, c[4] or 0)):
-        print(" ", c[0], c[1], "->", c[2], "table %.1f MiB" % (c[3] / 2**20), "speed", None if c[4] is None else round(c[4], 3), "(" + " ".join(measured.get(c[0], {}) and [str(k[0]) for k in measured[c[0]]]) + ")")
+        timed = " ".join(k[0] for k in measured.get(c[0], {}))  # the kinds an A/B timed
+        print(" ", c[0], c[1], "->", c[2], "table %.1f MiB" % (c[3] / 2**20), "speed",
+              None if c[4] is None else round(c[4], 3), f"({timed})")
