@@ -10,7 +10,8 @@ MAXT: the rule holds only for tables of at most this many bytes (default 32 MiB;
 a huge value: everywhere); TIE=1: a leaf also ranks, after its ranked
 candidates, any candidate whose cost equals the rules' on every geometry left
 where it applies (the rules pick it there), instead of leaving them to the
-rules.  The plans are made with an H200's limits.  BENCHMARKS.md, "The one-unit
+rules; EXTRA: more record files (comma-separated) fitted beside the shipped
+command's.  The plans are made with an H200's limits.  BENCHMARKS.md, "The one-unit
 rule's refit, offline".
 """
 import gzip, json, math, os, shlex, sys, time
@@ -27,6 +28,7 @@ from cugather.cli.main import main as cli
 MAXT = int(os.environ.get("MAXT", 32 << 20))
 RULE = tuple(k for k in os.environ.get("RULE", "flatv,flat").split(",") if k)
 TIE = os.environ.get("TIE", "0") == "1"
+EXTRA = [f for f in os.environ.get("EXTRA", "").split(",") if f]
 orig_rule = G._rule
 def gated(limits, row_bytes, unit, n_outer, n_idx, axis_len, s_axis, out_align):
     tb = n_outer * axis_len * row_bytes
@@ -66,6 +68,9 @@ def rank_tie(cost, applies, idx):
 def fit(out):
     ships = json.load(open("cugather/plan/tables/sm_90.json"))
     argv = shlex.split(ships["meta"]["command"])[3:]
+    if EXTRA:
+        at = argv.index("--fit") + 1
+        argv[at:at] = EXTRA
     G._rule = gated
     if TIE:
         table._rank = rank_tie

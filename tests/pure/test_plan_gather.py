@@ -29,15 +29,15 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
     ((100000, 130), "f4", 0, 100000, "rows", 8),  # 520 B rows: past it
     ((1000000, 99), "u1", 0, 1000000, "window", 16),  # 1-byte units: 16 B chunks instead
     ((1000000, 16), "u1", 0, 1000000, "scalar", 16),  # one 16 B unit per row
-    ((64000000,), "f4", 0, 32000000, "scalar", 4),
+    ((64000000,), "f4", 0, 32000000, "flatv", 4),  # one-unit rows: the rule's flatv
     ((8192, 8192), "f4", 1, 4096, "inner", 4),
-    ((65536, 8192), "f4", 1, 10, "scalar", 4),  # few picks: staging a row would not pay
+    ((65536, 8192), "f4", 1, 10, "flat", 4),  # few picks: no staging, too few for flatv
     ((64, 1024, 256), "f2", 1, 512, "rows", 16),
     ((100000, 64), "c16", 0, 200000, "rows", 16),
-    ((1000, 4, 2), "f4", 1, 3000, "scalar", 8),  # 32 B axis rows: staging does not pay
+    ((1000, 4, 2), "f4", 1, 3000, "flatv", 8),  # 32 B axis rows: staging does not pay
     ((1000, 64, 2), "f4", 1, 3000, "inner", 8),  # tiny inner block, 512 B axis rows
-    ((8192,), "f4", 0, 400000, "scalar", 4),     # one row: direct picks hit L1
-    ((4096, 512, 128), "f2", 2, 64, "scalar", 2),  # 64 picks do not fill a staging block
+    ((8192,), "f4", 0, 400000, "flatv", 4),      # one row: direct picks hit L1
+    ((4096, 512, 128), "f2", 2, 64, "flatv", 2),  # 64 picks do not fill a staging block
     # short calls (at most 1 MiB out): one unit per thread, chunks for rows of
     # more than 16 narrow units
     ((8192, 8192), "f4", 1, 10, "lean", 4),
@@ -69,7 +69,7 @@ def test_one_unit_rule_tries_its_kinds_before_scalar(monkeypatch, shape, dtype, 
     p = plan()
     assert p.key.kind == kind, p.describe()
     assert p.chosen_by.startswith("rule: one-unit rows")
-    monkeypatch.setattr(tuning, "ONE_UNIT_RULE", ())  # off, as shipped: scalar
+    monkeypatch.setattr(tuning, "ONE_UNIT_RULE", ())  # off: scalar
     assert plan().key.kind == ("scalar" if kind in ("flatv", "flat") else kind)
 
 
@@ -161,7 +161,8 @@ def test_unit_follows_alignment():
     assert plan_of(shifted, (3,)).key.unit == 4
 
 
-def test_math_width_switches_past_2_31():
+def test_math_width_switches_past_2_31(monkeypatch):
+    monkeypatch.setattr(tuning, "ONE_UNIT_RULE", ())  # scalar: one thread a pick
     assert plan_of(((10,), "i1"), (2**31 - 1,)).key.math == "fast32"
     assert plan_of(((10,), "i1"), (2**31,)).key.math == "fast64"
     p = plan_of(((4, 3), "f4"), (5,), math_name="fast64")
