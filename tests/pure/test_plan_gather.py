@@ -31,7 +31,7 @@ def plan_of(data, idx_shape, axis=0, mode="wrap", index_dtype="int64", **kw):
     ((1000000, 16), "u1", 0, 1000000, "scalar", 16),  # one 16 B unit per row
     ((64000000,), "f4", 0, 32000000, "flatv", 4),  # one-unit rows: the rule's flatv
     ((8192, 8192), "f4", 1, 4096, "inner", 4),
-    ((65536, 8192), "f4", 1, 10, "flat", 4),  # few picks: no staging, too few for flatv
+    ((65536, 8192), "f4", 1, 10, "flat", 4),  # no staging; 10 picks do not fill flatv's chunks
     ((64, 1024, 256), "f2", 1, 512, "rows", 16),
     ((100000, 64), "c16", 0, 200000, "rows", 16),
     ((1000, 4, 2), "f4", 1, 3000, "flatv", 8),  # 32 B axis rows: staging does not pay
